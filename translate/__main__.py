@@ -1,0 +1,3 @@
+from translate.cli import main
+
+main()

@@ -1,0 +1,194 @@
+"""The `translate` command: train, decode, evaluate. Each command parses, then calls one function."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from translate.checkpoint import CheckpointError
+from translate.config import ConfigError
+from translate.data import DataError
+
+USER_ERRORS = (ConfigError, DataError, CheckpointError, ValueError, OSError)
+
+
+def _fail(error: Exception) -> None:
+    raise click.ClickException(str(error)) from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="translate")
+@click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
+def main(verbose: bool) -> None:
+    """translate: encoder-decoder machine translation (Transformer, attention RNN)."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("datasets", "fsspec", "filelock", "urllib3", "huggingface_hub"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@main.command()
+@click.argument("recipe", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a recipe value, e.g. --set model.encoder_layers=4 (repeatable).")
+@click.option("--run-dir", type=click.Path(file_okay=False), default=None,
+              help="Output folder (default runs/<recipe name>-<time>).")
+@click.option("--data", "data_path", default=None, metavar="PATH_OR_HUB_NAME",
+              help="Dataset to use instead of the recipe's (same as TRANSLATE_DATA).")
+@click.option("--device", default=None, help="cpu, cuda, cuda:1, mps (default: best available).")
+@click.option("--no-progress", is_flag=True, help="No progress bars.")
+def train(recipe, overrides, run_dir, data_path, device, no_progress):
+    """Train a model from a RECIPE (YAML), then score it on the recipe's test splits."""
+    from translate.config import load_recipe
+    from translate.training import train as run_training
+
+    try:
+        if data_path:
+            overrides = (*overrides, f"data.dataset={data_path}")
+            os.environ.pop("TRANSLATE_DATA", None)
+        cfg = load_recipe(recipe, overrides)
+        run_dir = Path(run_dir or f"runs/{Path(recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+        result = run_training(cfg, run_dir, device, progress=not no_progress)
+    except USER_ERRORS as e:
+        _fail(e)
+    click.echo(f"\nbest checkpoint: {result.best_checkpoint} (step "
+               f"{_step(result.best_checkpoint)}, dev BLEU {result.best_dev_bleu:.2f})")
+    for split, scores in result.test_scores.items():
+        click.echo(f"\n== {split} ==\n{scores.summary()}")
+    click.echo(f"\nrun folder: {result.run_dir}")
+
+
+def _step(path: Path) -> int:
+    from translate.checkpoint import read_checkpoint
+
+    return int(read_checkpoint(path).get("step", 0))
+
+
+@main.command()
+@click.argument("checkpoint", type=click.Path())
+@click.option("-i", "--input", "input_path", default="-", help="Source sentences, one a line (- = stdin).")
+@click.option("-o", "--output", "output_path", default="-", help="Translations (- = stdout).")
+@click.option("--beam", type=click.IntRange(min=1), default=1, help="Beam size (1 = greedy).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=None,
+              help="Source tokens per batch.")
+@click.option("--device", default=None, help="cpu, cuda, mps (default: best available).")
+def decode(checkpoint, input_path, output_path, beam, max_tokens, device):
+    """Translate raw sentences with a CHECKPOINT (a .pt file or a run folder)."""
+    from dataclasses import replace
+
+    from translate.checkpoint import load_checkpoint
+    from translate.data import read_lines
+    from translate.evaluation import translate_sentences
+    from translate.utils import pick_device, resolve_precision
+
+    if beam != 1:
+        _fail(ValueError("beam search is not available yet; use --beam 1 (greedy)"))
+    try:
+        dev = pick_device(device)
+        loaded = load_checkpoint(checkpoint, dev)
+        lines = _read_input(input_path, read_lines)
+        cfg = loaded.recipe.decode
+        if max_tokens:
+            cfg = replace(cfg, max_tokens=max_tokens)
+        precision = resolve_precision(loaded.recipe.train.precision, dev)
+        outputs = translate_sentences(loaded.model, loaded.tokenizer, lines, cfg, dev, precision,
+                                      progress=output_path != "-" and sys.stderr.isatty())
+        text = "".join(o + "\n" for o in outputs)
+        if output_path == "-":
+            click.echo(text, nl=False)
+        else:
+            Path(output_path).write_text(text, encoding="utf-8")
+    except USER_ERRORS as e:
+        _fail(e)
+
+
+def _read_input(path: str, read_lines) -> list[str]:
+    if path == "-":
+        data = sys.stdin.buffer.read()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = data[: e.start].count(b"\n") + 1
+            raise DataError(f"stdin: line {line} is not valid UTF-8 ({e.reason})") from None
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        return [line.rstrip("\r") for line in lines]
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"input file not found: {p}")
+    if p.is_dir():
+        raise DataError(f"input is a folder, not a file: {p}")
+    return read_lines(p)
+
+
+@main.command()
+@click.argument("checkpoint", required=False, type=click.Path())
+@click.option("--split", "splits", multiple=True, help="Split to score (repeatable; default: the "
+              "recipe's test splits).")
+@click.option("--data", "data_path", default=None, help="Dataset instead of the recipe's.")
+@click.option("--hyp", type=click.Path(dir_okay=False), help="Hypothesis file (with --ref).")
+@click.option("--ref", type=click.Path(dir_okay=False), help="Reference file (with --hyp).")
+@click.option("--lang", default=None, help="Target language for legacy tokenization (default de).")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.option("--device", default=None)
+def evaluate(checkpoint, splits, data_path, hyp, ref, lang, as_json, device):
+    """Score a CHECKPOINT on named splits, or score --hyp against --ref."""
+    from dataclasses import asdict
+
+    from translate.data import read_lines
+    from translate.evaluation import score
+
+    try:
+        if hyp or ref:
+            if not (hyp and ref) or checkpoint:
+                raise click.UsageError("give --hyp and --ref together, without a checkpoint")
+            hyps, refs = _read_input(hyp, read_lines), _read_input(ref, read_lines)
+            if len(hyps) != len(refs):
+                raise DataError(f"{hyp} has {len(hyps)} lines, {ref} has {len(refs)}")
+            results = {Path(hyp).name: score(hyps, refs, lang or "de")}
+        elif checkpoint:
+            results = _score_checkpoint(checkpoint, splits, data_path, device)
+        else:
+            raise click.UsageError("give a CHECKPOINT, or --hyp and --ref")
+    except USER_ERRORS as e:
+        _fail(e)
+    if as_json:
+        click.echo(json.dumps({k: asdict(v) for k, v in results.items()}, indent=2))
+    else:
+        for name, s in results.items():
+            click.echo(f"== {name} ==\n{s.summary()}")
+
+
+def _score_checkpoint(checkpoint, splits, data_path, device) -> dict:
+    from dataclasses import replace
+
+    from translate.checkpoint import load_checkpoint
+    from translate.data import load_split
+    from translate.evaluation import score, translate_sentences
+    from translate.utils import pick_device, resolve_precision
+
+    dev = pick_device(device)
+    loaded = load_checkpoint(checkpoint, dev)
+    data_cfg = loaded.recipe.data
+    if data_path:
+        data_cfg = replace(data_cfg, dataset=data_path)
+        os.environ.pop("TRANSLATE_DATA", None)
+    precision = resolve_precision(loaded.recipe.train.precision, dev)
+    results = {}
+    for split in splits or data_cfg.test_splits:
+        src, ref = load_split(data_cfg, split)
+        hyps = translate_sentences(loaded.model, loaded.tokenizer, src, loaded.recipe.decode, dev,
+                                   precision, progress=sys.stderr.isatty())
+        results[split] = score(hyps, ref, data_cfg.tgt_lang)
+    return results
+
+
+if __name__ == "__main__":
+    main()

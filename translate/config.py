@@ -1,0 +1,271 @@
+"""Recipes: frozen dataclasses loaded strictly from YAML, with dotted `--set` overrides.
+
+A recipe has five sections, each a dataclass below:
+
+    data:       where the parallel text comes from and how it is filtered
+    tokenizer:  the SentencePiece spec (a path into tokenizers/ or inline keys)
+    model:      the architecture (`arch` picks the model class, the rest its hyperparameters)
+    train:      optimisation, batching, validation and stopping
+    decode:     search settings used for validation, `translate decode` and `evaluate`
+
+An unknown key anywhere is an error that names the file and lists the valid keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A recipe or override that cannot be used; the message says what and where."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    # Hub name (e.g. bentrevett/multi30k, wmt14) or a local folder. The environment variable
+    # TRANSLATE_DATA or `translate train --data PATH` overrides it (for offline machines).
+    dataset: str = "bentrevett/multi30k"
+    subset: Optional[str] = None  # hub configuration name, e.g. "de-en" for wmt14
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    # Our split names -> the dataset's split names. A local folder may name its files by either.
+    splits: dict = field(default_factory=lambda: {
+        "train": "train", "dev": "validation", "test_2016_flickr": "test"})
+    test_splits: tuple = ("test_2016_flickr",)  # scored at the end of `translate train`
+    max_len: int = 100  # pieces (EOS included); longer training pairs are dropped
+    max_len_ratio: float = 3.0  # drop training pairs whose piece counts differ more than this
+    cache_dir: Optional[str] = None  # encoded-data cache; default ~/.cache/translate
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    spec: Optional[str] = None  # YAML file in tokenizers/; its keys fill the fields below
+    model_type: str = "unigram"  # unigram | bpe
+    vocab_size: int = 8000
+    character_coverage: float = 1.0
+    joint: bool = True  # one vocabulary for both languages (allows tying all embeddings)
+    max_sentences: int = 2_000_000  # sentences sampled to train SentencePiece
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    arch: str = "transformer"
+    d_model: int = 256
+    heads: int = 4
+    ffn_dim: int = 1024
+    encoder_layers: int = 3
+    decoder_layers: int = 3
+    dropout: float = 0.1  # on embeddings and every sublayer's output
+    attn_dropout: float = 0.0  # on attention weights
+    activation_dropout: float = 0.0  # on the FFN hidden layer
+    activation: str = "relu"  # relu | gelu
+    positions: str = "sinusoidal"  # sinusoidal | learned
+    max_positions: int = 1024
+    fused_qkv: bool = True  # one input projection for Q, K and V
+    qkv_bias: bool = True
+    tie_embeddings: bool = True  # source, target and output share weights (joint vocab only)
+
+
+MODEL_CONFIGS: dict[str, type] = {"transformer": TransformerConfig}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    seed: int = 1
+    max_tokens: int = 4096  # tokens per batch (padded, source or target, whichever is larger)
+    accum_steps: int = 1  # gradient accumulation: batches per optimizer step
+    lr: float = 1e-3  # peak learning rate, reached after `warmup` steps
+    warmup: int = 1000  # linear warm-up steps, then inverse square-root decay
+    betas: tuple = (0.9, 0.98)
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0  # 0 disables clipping
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (fp16 only on CUDA, with a grad scaler)
+    max_steps: int = 0  # 0: no step limit
+    max_epochs: int = 0  # 0: no epoch limit
+    max_minutes: float = 0.0  # wall-clock budget for training; 0: none
+    eval_every: int = 500  # steps between validations
+    eval_every_minutes: float = 0.0  # also validate when this much wall-clock passed; 0: off
+    # Splits scored at every validation to draw learning curves; never used to pick a model.
+    monitor_splits: tuple = ()
+    patience: int = 0  # validations without dev-BLEU gain before stopping; 0: never
+    keep_last: int = 2  # step checkpoints kept besides best.pt
+    log_every: int = 50
+    threads: int = 0  # torch CPU threads; 0: torch's default
+    compile: bool = False  # torch.compile the model
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    beam: int = 1
+    max_len_a: float = 1.5  # output limit a * source length + b
+    max_len_b: int = 10
+    max_tokens: int = 8000  # source tokens per decoding batch
+
+
+@dataclass(frozen=True)
+class Recipe:
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: Any = field(default_factory=TransformerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def to_dict(self) -> dict:
+        return to_plain(dataclasses.asdict(self))
+
+
+SECTIONS = {"data": DataConfig, "tokenizer": TokenizerConfig, "train": TrainConfig,
+            "decode": DecodeConfig}
+
+
+def to_plain(value: Any) -> Any:
+    """Tuples to lists, recursively, so the dict round-trips through YAML and JSON."""
+    if isinstance(value, dict):
+        return {k: to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    return value
+
+
+def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple = ()) -> Recipe:
+    """Read a recipe YAML (or start from defaults when `path` is None) and apply overrides.
+
+    Args:
+        path: recipe file.
+        overrides: strings like ``"model.encoder_layers=4"``; values are parsed as YAML.
+    """
+    raw: dict = {}
+    where = "defaults"
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"recipe not found: {path}")
+        where = str(path)
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: a recipe is a mapping of sections, got {type(raw).__name__}")
+    for item in overrides:
+        _apply_override(raw, item)
+    return recipe_from_dict(raw, where, base_dir=path.parent if path else Path.cwd())
+
+
+def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = None) -> Recipe:
+    """Build a Recipe from a plain dict, checking every key and type."""
+    unknown = set(raw) - {"data", "tokenizer", "model", "train", "decode"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown section(s) {sorted(unknown)}; valid: "
+                          "['data', 'decode', 'model', 'tokenizer', 'train']")
+    sections = {}
+    for name, cls in SECTIONS.items():
+        values = dict(_section(raw, name, where))
+        if name == "tokenizer" and values.get("spec"):
+            values = _merge_spec(values, where, base_dir)
+        sections[name] = _build(cls, values, f"{where}: {name}")
+    model_raw = dict(_section(raw, "model", where))
+    arch = model_raw.get("arch", "transformer")
+    if arch not in MODEL_CONFIGS:
+        raise ConfigError(f"{where}: model.arch '{arch}' is unknown; valid: {sorted(MODEL_CONFIGS)}")
+    sections["model"] = _build(MODEL_CONFIGS[arch], model_raw, f"{where}: model")
+    return Recipe(**sections)
+
+
+def _section(raw: dict, name: str, where: str) -> dict:
+    value = raw.get(name) or {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: section '{name}' must be a mapping, got {value!r}")
+    return value
+
+
+def _merge_spec(values: dict, where: str, base_dir: Path | None) -> dict:
+    """Fill tokenizer fields from a spec file; keys given in the recipe win."""
+    spec = Path(values["spec"])
+    candidates = [spec] if spec.is_absolute() else [Path.cwd() / spec, *(
+        [base_dir / spec] if base_dir else []), Path(__file__).resolve().parent.parent / spec]
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise ConfigError(f"{where}: tokenizer spec not found: {spec}")
+    try:
+        spec_values = yaml.safe_load(found.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{found}: not valid YAML: {e}") from None
+    if not isinstance(spec_values, dict):
+        raise ConfigError(f"{found}: a tokenizer spec is a mapping")
+    _build(TokenizerConfig, spec_values, str(found))  # validates the spec's own keys
+    return {**spec_values, **values, "spec": str(found)}
+
+
+def _build(cls: type, values: dict, where: str):
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(values) - set(fields)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; valid keys: {sorted(fields)}")
+    hints = typing.get_type_hints(cls)
+    checked = {k: _check_type(v, hints[k], f"{where}.{k}") for k, v in values.items()}
+    return cls(**checked)
+
+
+def _check_type(value: Any, hint: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        hint = next(a for a in args if a is not type(None))
+        origin = typing.get_origin(hint)
+    if hint is Any:
+        return value
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is tuple or origin is tuple:
+        if isinstance(value, (list, tuple)):
+            return tuple(value)
+        if isinstance(value, str):  # a single split name, say
+            return (value,)
+        raise ConfigError(f"{where}: expected a list, got {value!r}")
+    expected = origin or hint
+    if expected is bool and not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if not isinstance(value, expected):
+        raise ConfigError(f"{where}: expected {expected.__name__}, got {value!r}")
+    return value
+
+
+def _apply_override(raw: dict, item: str) -> None:
+    """Apply one ``section.key=value`` override in place (value parsed as YAML)."""
+    if "=" not in item:
+        raise ConfigError(f"override '{item}' must look like section.key=value")
+    dotted, text = item.split("=", 1)
+    keys = dotted.strip().split(".")
+    if len(keys) < 2 or not all(keys):
+        raise ConfigError(f"override '{item}': the key must be section.key, e.g. model.d_model=512")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    node = raw
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"override '{item}': '{key}' is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def save_recipe(recipe: Recipe, path: Path) -> None:
+    path.write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False, allow_unicode=True),
+                    encoding="utf-8")

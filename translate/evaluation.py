@@ -1,0 +1,116 @@
+"""Translate sentences with a model and score them with sacreBLEU.
+
+Scores: detokenized, cased sacreBLEU (13a) and chrF with their signatures, and, labelled "legacy",
+the BLEU most Multi30k papers report: lowercased, Moses-tokenized text scored with tokenize=none.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import torch
+from torch import nn
+
+from translate.config import DecodeConfig
+from translate.data import pad
+from translate.search import greedy_search, max_output_length
+from translate.tokenizer import Tokenizer
+from translate.utils import autocast
+
+log = logging.getLogger(__name__)
+
+
+def length_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Indices sorted by length (longest first) and cut so each batch has <= max_tokens tokens."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches, current = [], []
+    for i in order:
+        if current and lengths[current[0]] * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+@torch.no_grad()
+def translate_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence[str],
+                        cfg: DecodeConfig, device: torch.device | str = "cpu",
+                        precision: str = "fp32", progress: bool = False) -> list[str]:
+    """Translate raw sentences; output i belongs to input i, an empty input gives ''."""
+    model.eval()
+    device = torch.device(device)
+    limit = model.cfg.max_positions - 1
+    encoded = tokenizer.encode_src(sentences)
+    for i, ids in enumerate(encoded):
+        if len(ids) > limit:
+            log.warning("line %d has %d pieces, over the model's limit of %d: translating its "
+                        "first %d pieces only", i + 1, len(ids), limit, limit)
+            encoded[i] = ids[: limit - 1] + ids[-1:]
+    todo = [i for i, s in enumerate(sentences) if s.strip()]
+    outputs = [""] * len(sentences)
+    batches = length_batches([len(encoded[i]) for i in todo], cfg.max_tokens)
+    bar = _progress(len(todo), progress)
+    for batch in batches:
+        idx = [todo[j] for j in batch]
+        src = pad([torch.tensor(encoded[i]) for i in idx]).to(device)  # (B, S)
+        max_len = max_output_length(src, cfg.max_len_a, cfg.max_len_b, limit)
+        with autocast(device, precision):
+            hyps = greedy_search(model, src, max_len)
+        for i, text in zip(idx, tokenizer.decode_tgt(hyps)):
+            outputs[i] = text
+        bar.update(len(idx))
+    bar.close()
+    return outputs
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, disable=not enabled, unit="sent", desc="decoding", leave=False)
+
+
+@dataclass
+class Scores:
+    bleu: float
+    chrf: float
+    legacy_bleu: float
+    bleu_signature: str
+    chrf_signature: str
+    legacy_signature: str
+    bleu_detail: str
+    sentences: int
+
+    def summary(self) -> str:
+        return (f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  ({self.sentences} sentences)\n"
+                f"  {self.bleu_detail}\n"
+                f"  sacreBLEU signature: {self.bleu_signature}\n"
+                f"  chrF signature:      {self.chrf_signature}\n"
+                f"legacy BLEU {self.legacy_bleu:.2f} (lowercased, Moses-tokenized, "
+                f"for comparison with papers only)\n"
+                f"  signature: {self.legacy_signature} + lowercase + sacremoses tokenization")
+
+
+def score(hypotheses: Sequence[str], references: Sequence[str], tgt_lang: str = "de") -> Scores:
+    """Corpus BLEU, chrF and legacy BLEU of hypotheses against one reference each."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    hyps, refs = list(hypotheses), [list(references)]
+    bleu, chrf = BLEU(), CHRF()
+    b, c = bleu.corpus_score(hyps, refs), chrf.corpus_score(hyps, refs)
+    legacy = BLEU(tokenize="none", force=True)
+    lb = legacy.corpus_score(_moses_lower(hyps, tgt_lang), [_moses_lower(refs[0], tgt_lang)])
+    return Scores(b.score, c.score, lb.score, str(bleu.get_signature()), str(chrf.get_signature()),
+                  str(legacy.get_signature()), str(b), len(hyps))
+
+
+def _moses_lower(lines: Iterable[str], lang: str) -> list[str]:
+    from sacremoses import MosesTokenizer
+
+    tok = MosesTokenizer(lang=lang)
+    return [tok.tokenize(line.lower(), return_str=True, escape=False) for line in lines]

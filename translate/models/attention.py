@@ -1,0 +1,157 @@
+"""Multi-head scaled dot-product attention, one module for all three roles.
+
+    encoder self-attention   attn(x, mask=src_mask)                      Q, K, V from the source
+    decoder self-attention   attn(y, causal=True, cache=...)             Q, K, V from the target prefix
+    cross-attention          attn(y, context=memory, mask=src_mask)      Q from the target, K, V from
+                                                                         the encoder output
+
+Shapes: B batch, T query length, S key length, D model width, H heads, Dh = D / H.
+Masks are boolean, True = may attend, broadcastable to (B, H, T, S).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def padding_mask(ids: torch.Tensor, pad: int = 0) -> torch.Tensor:
+    """(B, S) ids -> (B, 1, 1, S) mask, True on real tokens."""
+    return (ids != pad)[:, None, None, :]
+
+
+def causal_mask(length: int, offset: int = 0, device: torch.device | None = None) -> torch.Tensor:
+    """(T, offset + T) mask: query i (at absolute position offset + i) sees keys 0..offset + i."""
+    rows = torch.arange(length, device=device)[:, None] + offset
+    cols = torch.arange(offset + length, device=device)[None, :]
+    return cols <= rows
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
+         dropout: float, causal: bool) -> torch.Tensor:
+    """F.scaled_dot_product_attention; (B, H, T, Dh) x (B, H, S, Dh) x 2 -> (B, H, T, Dh).
+
+    On the CPU the fused kernel is several times slower in bf16 than in fp32 (measured in
+    benchmarks/train_speed.py), so there it runs in fp32 even under bf16 autocast.
+    """
+    if q.device.type == "cpu" and q.dtype != torch.float32:
+        with torch.autocast("cpu", enabled=False):
+            out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                                 dropout_p=dropout, is_causal=causal)
+        return out.to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                          is_causal=causal)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with an SDPA fast path and an explicit path that returns the weights.
+
+    Args:
+        d_model: width D of queries, keys and values.
+        heads: number of heads H; D must be divisible by H.
+        dropout: dropout on the attention weights (training only).
+        bias: whether the Q/K/V projections have a bias.
+        fused_qkv: one (D -> 3D) projection instead of three (D -> D); in cross-attention the
+            fused weight is split so that Q comes from the target and K, V from the memory.
+    """
+
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True,
+                 fused_qkv: bool = True):
+        super().__init__()
+        if d_model % heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by heads ({heads})")
+        self.d_model, self.heads, self.head_dim = d_model, heads, d_model // heads
+        self.dropout = dropout
+        self.fused_qkv = fused_qkv
+        if fused_qkv:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+        else:
+            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor, context: Optional[torch.Tensor] = None,
+                mask: Optional[torch.Tensor] = None, causal: bool = False,
+                cache: Optional[dict] = None, need_weights: bool = False,
+                ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Attend from `x` to `context` (or to `x` itself).
+
+        Args:
+            x: (B, T, D) queries' input.
+            context: (B, S, D) keys' and values' input; None for self-attention.
+            mask: boolean, True = may attend, broadcastable to (B, H, T, S).
+            causal: position t sees positions <= t only (decoder self-attention).
+            cache: a dict for incremental decoding. Self-attention appends this step's K, V to
+                cache["k"], cache["v"]; cross-attention projects the memory once and reuses it.
+            need_weights: use the explicit path and return the (B, H, T, S) attention weights.
+
+        Returns:
+            (B, T, D) output and the weights (or None).
+        """
+        B, T, _ = x.shape
+        q, k, v = self._project(x, context, cache)  # (B, H, T, Dh), (B, H, S, Dh) x 2
+        if causal and T == 1:
+            causal = False  # one new query may see every key so far
+        elif causal and (mask is not None or need_weights or k.size(2) != T):
+            offset = k.size(2) - T  # positions already in the cache
+            full = causal_mask(T, offset, x.device)  # (T, S)
+            mask, causal = (full if mask is None else mask & full), False
+        if need_weights:
+            out, weights = self._explicit(q, k, v, mask)
+        else:
+            out = sdpa(q, k, v, mask, self.dropout if self.training else 0.0, causal)
+            weights = None
+        out = out.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, D)
+        return self.out_proj(out), weights
+
+    def _project(self, x, context, cache):
+        """Q from x; K, V from the context (or x), using and filling the cache."""
+        D = self.d_model
+        if self.fused_qkv:
+            w, b = self.qkv_proj.weight, self.qkv_proj.bias
+            if context is None:
+                q, k, v = F.linear(x, w, b).split(D, dim=-1)  # (B, T, D) x 3
+            else:
+                q = F.linear(x, w[:D], None if b is None else b[:D])
+                if cache is not None and "k" in cache:
+                    k = v = None
+                else:
+                    k, v = F.linear(context, w[D:], None if b is None else b[D:]).split(D, dim=-1)
+        else:
+            q = self.q_proj(x)
+            kv_in = x if context is None else context
+            if context is not None and cache is not None and "k" in cache:
+                k = v = None
+            else:
+                k, v = self.k_proj(kv_in), self.v_proj(kv_in)
+        q = self._split_heads(q)  # (B, H, T, Dh)
+        if k is not None:
+            k, v = self._split_heads(k), self._split_heads(v)  # (B, H, S, Dh)
+        if cache is not None:
+            if context is not None:  # cross-attention: the memory's K, V never change
+                if "k" not in cache:
+                    cache["k"], cache["v"] = k, v
+                k, v = cache["k"], cache["v"]
+            else:
+                if "k" in cache:
+                    k = torch.cat([cache["k"], k], dim=2)  # (B, H, S_past + T, Dh)
+                    v = torch.cat([cache["v"], v], dim=2)
+                cache["k"], cache["v"] = k, v
+        return q, k, v
+
+    def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
+        B, L, _ = t.shape
+        return t.view(B, L, self.heads, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)
+
+    def _explicit(self, q, k, v, mask):
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B, H, T, S)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        dropped = F.dropout(weights, self.dropout, self.training)
+        return dropped @ v, weights  # (B, H, T, Dh), (B, H, T, S)

@@ -1,0 +1,97 @@
+"""SentencePiece tokenizers: train on the training split, save standard `.model` files, encode.
+
+Special ids are fixed for every model: pad=0, unk=1, bos=2, eos=3. The `.model` files are the
+ones the `spm_encode` / `spm_decode` command-line tools read.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import sentencepiece as spm
+
+from translate.config import TokenizerConfig
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+SPECIAL_IDS = {"pad": PAD, "unk": UNK, "bos": BOS, "eos": EOS}
+
+
+def train_sentencepiece(sentences: Sequence[str], cfg: TokenizerConfig, seed: int = 1) -> bytes:
+    """Train one SentencePiece model on `sentences` and return the serialized `.model` bytes."""
+    sentences = [s for s in sentences if s.strip()]
+    if len(sentences) > cfg.max_sentences:
+        sentences = random.Random(seed).sample(sentences, cfg.max_sentences)
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        model_type=cfg.model_type,
+        vocab_size=cfg.vocab_size,
+        character_coverage=cfg.character_coverage,
+        pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
+        input_sentence_size=cfg.max_sentences,
+        shuffle_input_sentence=True,
+        hard_vocab_limit=False,  # tiny corpora (tests) may not support the full vocabulary
+        minloglevel=2,
+        num_threads=2,
+    )
+    return model.getvalue()
+
+
+@dataclass
+class Tokenizer:
+    """Source and target SentencePiece models (the same object when the vocabulary is joint)."""
+
+    src_model: bytes
+    tgt_model: bytes
+
+    def __post_init__(self) -> None:
+        self.src = spm.SentencePieceProcessor(model_proto=self.src_model)
+        self.tgt = spm.SentencePieceProcessor(model_proto=self.tgt_model) \
+            if self.tgt_model != self.src_model else self.src
+
+    @property
+    def joint(self) -> bool:
+        return self.src is self.tgt
+
+    @property
+    def src_vocab_size(self) -> int:
+        return self.src.get_piece_size()
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        return self.tgt.get_piece_size()
+
+    @classmethod
+    def train(cls, src_texts: Sequence[str], tgt_texts: Sequence[str], cfg: TokenizerConfig,
+              seed: int = 1) -> "Tokenizer":
+        if cfg.joint:
+            model = train_sentencepiece(list(src_texts) + list(tgt_texts), cfg, seed)
+            return cls(model, model)
+        return cls(train_sentencepiece(src_texts, cfg, seed), train_sentencepiece(tgt_texts, cfg, seed))
+
+    def encode_src(self, texts: Iterable[str]) -> list[list[int]]:
+        """Source pieces + EOS."""
+        return [ids + [EOS] for ids in self.src.encode(list(texts))]
+
+    def encode_tgt(self, texts: Iterable[str]) -> list[list[int]]:
+        """Target pieces + EOS (the decoder input prepends BOS)."""
+        return [ids + [EOS] for ids in self.tgt.encode(list(texts))]
+
+    def decode_tgt(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        return self.tgt.decode([[i for i in seq if i > EOS] for seq in ids])
+
+    def save(self, directory: Path, src_lang: str, tgt_lang: str) -> list[Path]:
+        """Write the `.model` file(s) into `directory` and return their paths."""
+        if self.joint:
+            paths = {directory / "spm.model": self.src_model}
+        else:
+            paths = {directory / f"spm.{src_lang}.model": self.src_model,
+                     directory / f"spm.{tgt_lang}.model": self.tgt_model}
+        for path, data in paths.items():
+            path.write_bytes(data)
+        return list(paths)

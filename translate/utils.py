@@ -1,0 +1,62 @@
+"""Small helpers: device choice, seeding, autocast."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+import torch
+
+
+def pick_device(name: str | None = None) -> torch.device:
+    """CUDA > MPS > CPU unless `name` says otherwise."""
+    if name:
+        device = torch.device(name)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"--device {name}: CUDA is not available on this machine")
+        if device.type == "mps" and not torch.backends.mps.is_available():
+            raise ValueError(f"--device {name}: MPS is not available on this machine")
+        return device
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def cpu_has_amx() -> bool:
+    """Whether the CPU has AMX tiles, which make bf16 matmuls faster than fp32."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return "amx_bf16" in f.read()
+    except OSError:
+        return False
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """'auto' -> bf16 on CUDA (fp16 if bf16 is unsupported) and on CPUs with AMX, else fp32.
+
+    On a CPU without AMX, bf16 matmuls run slower than fp32 (benchmarks/train_speed.py).
+    """
+    if precision == "auto":
+        if device.type == "cuda":
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return "bf16" if device.type == "cpu" and cpu_has_amx() else "fp32"
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError("precision fp16 needs a CUDA device; use bf16 or fp32")
+    if precision not in ("fp32", "bf16", "fp16"):
+        raise ValueError(f"precision '{precision}' is unknown; valid: auto, fp32, bf16, fp16")
+    return precision
+
+
+def autocast(device: torch.device, precision: str):
+    """The autocast context for a resolved precision (a no-op for fp32)."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device.type, dtype=dtype)
