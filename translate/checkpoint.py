@@ -85,7 +85,7 @@ class Loaded:
 def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loaded:
     """Rebuild model, recipe and tokenizer from a checkpoint (or a run folder's best.pt)."""
     data = read_checkpoint(path)
-    recipe = recipe_from_dict(data["recipe"], f"{path} (recipe)")
+    recipe = recipe_from_dict(data["recipe"], f"{path} (recipe)", resolved=True)
     tok = data["tokenizer"]
     tokenizer = Tokenizer(tok["src"].numpy().tobytes(), tok["tgt"].numpy().tobytes())
     model = build_model(recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size,

@@ -29,7 +29,7 @@ def main(verbose: bool) -> None:
     """translate: encoder-decoder machine translation (Transformer, attention RNN)."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    for noisy in ("datasets", "fsspec", "filelock", "urllib3", "huggingface_hub"):
+    for noisy in ("datasets", "fsspec", "filelock", "urllib3", "huggingface_hub", "matplotlib"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -188,6 +188,21 @@ def _score_checkpoint(checkpoint, splits, data_path, device) -> dict:
                                    precision, progress=sys.stderr.isatty())
         results[split] = score(hyps, ref, data_cfg.tgt_lang)
     return results
+
+
+@main.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", default="curve.png", show_default=True, help="PNG file to write.")
+@click.option("--monitor", default="test_2016_flickr", show_default=True,
+              help="Also draw this monitored split's BLEU where the runs logged it.")
+def curve(run_dirs, output, monitor):
+    """Plot dev BLEU against training wall-clock for one or more RUN_DIRS."""
+    from translate.plots import MetricsError, plot_learning_curves
+
+    try:
+        click.echo(f"wrote {plot_learning_curves(list(run_dirs), output, monitor)}")
+    except (MetricsError, OSError) as e:
+        _fail(e)
 
 
 if __name__ == "__main__":

@@ -160,8 +160,13 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple = (
     return recipe_from_dict(raw, where, base_dir=path.parent if path else Path.cwd())
 
 
-def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = None) -> Recipe:
-    """Build a Recipe from a plain dict, checking every key and type."""
+def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = None,
+                     resolved: bool = False) -> Recipe:
+    """Build a Recipe from a plain dict, checking every key and type.
+
+    `resolved` marks a recipe saved by a run (checkpoint, recipe.yaml): its tokenizer fields are
+    already filled in, so `tokenizer.spec` is only a note and is not read again.
+    """
     unknown = set(raw) - {"data", "tokenizer", "model", "train", "decode"}
     if unknown:
         raise ConfigError(f"{where}: unknown section(s) {sorted(unknown)}; valid: "
@@ -169,7 +174,7 @@ def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = N
     sections = {}
     for name, cls in SECTIONS.items():
         values = dict(_section(raw, name, where))
-        if name == "tokenizer" and values.get("spec"):
+        if name == "tokenizer" and values.get("spec") and not resolved:
             values = _merge_spec(values, where, base_dir)
         sections[name] = _build(cls, values, f"{where}: {name}")
     model_raw = dict(_section(raw, "model", where))
@@ -227,6 +232,11 @@ def _check_type(value: Any, hint: Any, where: str) -> Any:
         return value
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if hint is float and isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
     if hint is tuple or origin is tuple:
         if isinstance(value, (list, tuple)):
             return tuple(value)

@@ -62,11 +62,11 @@ def _load_local(folder: Path, split: str, name: str, cfg: DataConfig):
             file = folder / f"{stem}{suffix}"
             if file.is_file():
                 kwargs = {"delimiter": "\t"} if suffix == ".tsv" else {}
+                _check_utf8(file)  # arrow would fail later, without naming the line
                 try:
                     return datasets.load_dataset(builder, data_files={"split": str(file)},
                                                  split="split", **kwargs)
                 except Exception as e:  # datasets wraps parse errors in several types
-                    _check_utf8(file)
                     raise DataError(f"{file}: could not be read as {builder}: "
                                     f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         src_file, tgt_file = folder / f"{stem}.{cfg.src_lang}", folder / f"{stem}.{cfg.tgt_lang}"
@@ -110,7 +110,10 @@ def read_lines(path: Path) -> list[str]:
 
 def _check_utf8(path: Path) -> None:
     if path.suffix in (".jsonl", ".json", ".csv", ".tsv"):
-        read_lines(path)
+        try:
+            path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            read_lines(path)  # finds and names the line
 
 
 def read_parallel_text(src_file: Path, tgt_file: Path, src_lang: str, tgt_lang: str):

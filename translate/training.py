@@ -270,9 +270,13 @@ class Trainer:
 
 
 def tqdm_write(message: str) -> None:
+    """Print above the progress bar, at once even when stdout is a file."""
+    import sys
+
     from tqdm.auto import tqdm
 
     tqdm.write(message)
+    sys.stdout.flush()
 
 
 def check_writable(run_dir: Path) -> None:

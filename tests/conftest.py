@@ -1,0 +1,82 @@
+"""Shared fixtures: the real Multi30k copy beside the project, small subsets, a tiny recipe."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read by `datasets` at import: never touch the hub
+
+MULTI30K = Path(os.environ.get("MULTI30K", Path(__file__).resolve().parents[2] / "shared/data/multi30k"))
+
+
+def pytest_configure(config):
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Each test session gets its own encoded-data cache; no test reads the hub."""
+    monkeypatch.setenv("TRANSLATE_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("TRANSLATE_DATA", raising=False)
+
+
+@pytest.fixture(scope="session")
+def multi30k() -> Path:
+    if not (MULTI30K / "train.jsonl").is_file():
+        pytest.fail(f"the Multi30k copy is missing at {MULTI30K} (set MULTI30K=PATH)")
+    return MULTI30K
+
+
+def read_jsonl(path: Path, n: int | None = None) -> list[dict]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            rows.append(json.loads(line))
+            if n is not None and len(rows) >= n:
+                break
+    return rows
+
+
+@pytest.fixture(scope="session")
+def small_data(multi30k, tmp_path_factory) -> Path:
+    """A folder with the first 2000 train pairs and 100-pair dev/test splits of Multi30k."""
+    folder = tmp_path_factory.mktemp("multi30k_small")
+    for name, source, n in [("train", "train", 2000), ("validation", "validation", 100),
+                            ("test_2016_flickr", "test_2016_flickr", 100)]:
+        rows = read_jsonl(multi30k / f"{source}.jsonl", n)
+        (folder / f"{name}.jsonl").write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return folder
+
+
+TINY_OVERRIDES = [
+    "tokenizer.vocab_size=1000",
+    "model.d_model=64", "model.heads=4", "model.ffn_dim=128",
+    "model.encoder_layers=2", "model.decoder_layers=2", "model.dropout=0.0",
+    "train.max_tokens=1500", "train.lr=3e-3", "train.warmup=30", "train.eval_every=100",
+    "train.log_every=10", "train.eval_every_minutes=0", "train.max_minutes=0",
+    "train.patience=0",
+]
+
+
+@pytest.fixture(scope="session")
+def recipe_path() -> Path:
+    return Path(__file__).resolve().parents[1] / "recipes/multi30k/transformer.yaml"
+
+
+@pytest.fixture(scope="session")
+def trained_run(small_data, recipe_path, tmp_path_factory):
+    """One tiny Transformer trained 300 steps on 2k real pairs, shared by the tests that need one."""
+    from translate.config import load_recipe
+    from translate.training import train
+
+    recipe = load_recipe(recipe_path, [*TINY_OVERRIDES, f"data.dataset={small_data}",
+                                       "train.max_steps=300"])
+    run_dir = tmp_path_factory.mktemp("run")
+    return train(recipe, run_dir, device="cpu", progress=False)

@@ -1,0 +1,89 @@
+import pytest
+import torch
+from torch import nn
+
+from translate.models.attention import MultiHeadAttention, causal_mask, padding_mask
+
+torch.manual_seed(0)
+B, T, S, D, H = 3, 5, 7, 32, 4
+
+
+def make(fused=True, bias=True) -> MultiHeadAttention:
+    return MultiHeadAttention(D, H, dropout=0.0, bias=bias, fused_qkv=fused).eval()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_sdpa_path_equals_explicit_path(fused):
+    attn = make(fused)
+    x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
+    mask = padding_mask(torch.tensor([[5] * S, [5] * 4 + [0] * 3, [5] * 2 + [0] * 5]))
+    for kwargs in [dict(), dict(causal=True), dict(context=memory, mask=mask)]:
+        fast, none = attn(x, **kwargs)
+        slow, weights = attn(x, need_weights=True, **kwargs)
+        assert none is None
+        torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
+        assert torch.allclose(weights.sum(-1), torch.ones(()))
+
+
+def test_matches_torch_multihead_attention_with_copied_weights():
+    ours = make(fused=True)
+    ref = nn.MultiheadAttention(D, H, batch_first=True).eval()
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(ours.qkv_proj.weight)
+        ref.in_proj_bias.copy_(ours.qkv_proj.bias)
+        ref.out_proj.weight.copy_(ours.out_proj.weight)
+        ref.out_proj.bias.copy_(ours.out_proj.bias)
+    x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
+    src = torch.tensor([[5] * S, [5] * 4 + [0] * 3, [5] * 2 + [0] * 5])
+    out, _ = ours(x, context=memory, mask=padding_mask(src))
+    expected, _ = ref(x, memory, memory, key_padding_mask=src == 0)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    out, _ = ours(x, causal=True)
+    expected, _ = ref(x, x, x, attn_mask=~causal_mask(T), need_weights=False)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_fused_and_separate_projections_agree():
+    fused, separate = make(True), make(False)
+    with torch.no_grad():
+        q, k, v = fused.qkv_proj.weight.split(D)
+        qb, kb, vb = fused.qkv_proj.bias.split(D)
+        for lin, w, b in [(separate.q_proj, q, qb), (separate.k_proj, k, kb), (separate.v_proj, v, vb)]:
+            lin.weight.copy_(w)
+            lin.bias.copy_(b)
+        separate.out_proj.load_state_dict(fused.out_proj.state_dict())
+    x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
+    torch.testing.assert_close(fused(x, context=memory)[0], separate(x, context=memory)[0])
+
+
+def test_padding_gets_zero_weight_and_no_nan():
+    attn = make()
+    src = torch.tensor([[5, 5, 5, 0, 0, 0, 0]] * B)
+    out, weights = attn(torch.randn(B, T, D), context=torch.randn(B, S, D),
+                        mask=padding_mask(src), need_weights=True)
+    assert not torch.isnan(out).any()
+    assert torch.all(weights[..., 3:] == 0)
+
+
+def test_causal_weights_are_lower_triangular():
+    _, weights = make()(torch.randn(B, T, D), causal=True, need_weights=True)
+    assert torch.all(weights.triu(diagonal=1) == 0)
+
+
+def test_incremental_self_attention_equals_full():
+    attn = make()
+    x = torch.randn(B, T, D)
+    full, _ = attn(x, causal=True)
+    cache: dict = {}
+    steps = [attn(x[:, t: t + 1], causal=True, cache=cache)[0] for t in range(T)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    # several new positions at once (prefix in the cache) use an offset causal mask
+    cache = {}
+    first, _ = attn(x[:, :2], causal=True, cache=cache)
+    rest, _ = attn(x[:, 2:], causal=True, cache=cache)
+    torch.testing.assert_close(torch.cat([first, rest], dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_heads_must_divide_width():
+    with pytest.raises(ValueError, match=r"d_model \(30\) must be divisible by heads \(4\)"):
+        MultiHeadAttention(30, 4)

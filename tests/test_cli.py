@@ -1,0 +1,91 @@
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from translate.cli import main
+from conftest import TINY_OVERRIDES
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+def sets(*items):
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def test_train_command_end_to_end(runner, small_data, recipe_path, tmp_path):
+    result = runner.invoke(main, ["train", str(recipe_path), "--data", str(small_data),
+                                  "--run-dir", str(tmp_path / "run"), "--no-progress",
+                                  *sets(*TINY_OVERRIDES, "train.max_steps=20", "train.eval_every=20")])
+    assert result.exit_code == 0, result.output
+    assert "== test_2016_flickr ==" in result.output and "sacreBLEU signature" in result.output
+    assert "legacy BLEU" in result.output and f"run folder: {tmp_path / 'run'}" in result.output
+    assert (tmp_path / "run" / "best.pt").is_file()
+
+
+def test_decode_keeps_line_count_and_order(runner, trained_run, tmp_path):
+    text = "A man is riding a bike.\n\nTwo dogs play in the snow.\n" + "word " * 2000 + "\n"
+    result = runner.invoke(main, ["decode", str(trained_run.run_dir)], input=text)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.split("\n")[:-1]
+    assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[3]
+    src = tmp_path / "in.en"
+    src.write_text(text, encoding="utf-8")
+    out = tmp_path / "out.de"
+    result = runner.invoke(main, ["decode", str(trained_run.best_checkpoint), "-i", str(src),
+                                  "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == lines
+
+
+def test_evaluate_files_and_checkpoint(runner, trained_run, small_data, tmp_path):
+    hyp, ref = tmp_path / "hyp", tmp_path / "ref"
+    hyp.write_text("Ein hund rennt.\nZwei katzen.\n")
+    ref.write_text("Ein Hund rennt.\nZwei Katzen.\n")
+    result = runner.invoke(main, ["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--json"])
+    assert result.exit_code == 0, result.output
+    scores = json.loads(result.stdout)["hyp"]
+    assert 0 < scores["bleu"] < 100 and scores["legacy_bleu"] == 100.0
+    assert scores["bleu_signature"].startswith("nrefs:1|case:mixed")
+    result = runner.invoke(main, ["evaluate", str(trained_run.best_checkpoint), "--split",
+                                  "test_2016_flickr", "--data", str(small_data), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["test_2016_flickr"]["sentences"] == 100
+
+
+@pytest.mark.parametrize("args, message", [
+    (["decode", "missing.pt"], "checkpoint not found: missing.pt"),
+    (["evaluate"], "give a CHECKPOINT, or --hyp and --ref"),
+    (["train", "nope.yaml"], "recipe not found"),
+])
+def test_user_errors_are_one_clear_line(runner, args, message):
+    result = runner.invoke(main, args)
+    assert result.exit_code != 0
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_unknown_set_key_lists_valid_keys(runner, recipe_path):
+    result = runner.invoke(main, ["train", str(recipe_path), "--set", "model.layers=4"])
+    assert result.exit_code == 1
+    assert "unknown key(s) ['layers']" in result.output and "encoder_layers" in result.output
+
+
+def test_mismatched_hyp_ref_and_bad_checkpoint(runner, tmp_path):
+    hyp, ref = tmp_path / "hyp", tmp_path / "ref"
+    hyp.write_text("a\nb\n")
+    ref.write_text("a\n")
+    result = runner.invoke(main, ["evaluate", "--hyp", str(hyp), "--ref", str(ref)])
+    assert result.exit_code == 1 and "has 2 lines" in result.output and "has 1" in result.output
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    result = runner.invoke(main, ["decode", str(bad)], input="hello\n")
+    assert result.exit_code == 1 and "not a readable checkpoint" in result.output
+
+
+def test_hub_name_offline_fails_with_one_line(runner, recipe_path, tmp_path):
+    result = runner.invoke(main, ["train", str(recipe_path), "--run-dir", str(tmp_path / "r")])
+    assert result.exit_code == 1
+    assert "TRANSLATE_DATA" in result.output and "Traceback" not in result.output

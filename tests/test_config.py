@@ -1,0 +1,62 @@
+import pytest
+
+from translate.config import ConfigError, load_recipe
+
+
+def test_recipe_loads_with_tokenizer_spec(recipe_path):
+    r = load_recipe(recipe_path)
+    assert r.model.arch == "transformer" and r.tokenizer.vocab_size == 8000 and r.tokenizer.joint
+    assert r.data.splits["dev"] == "validation"
+
+
+def test_overrides_are_parsed_and_typed(recipe_path):
+    r = load_recipe(recipe_path, ["model.encoder_layers=4", "train.lr=1e-4", "train.lr=2e-4",
+                                  "data.test_splits=[test_2016_flickr, test_2017_flickr]",
+                                  "train.max_minutes=5", "data.splits.dev=val"])
+    assert r.model.encoder_layers == 4 and r.train.lr == 2e-4
+    assert r.data.test_splits == ("test_2016_flickr", "test_2017_flickr")
+    assert r.train.max_minutes == 5.0 and r.data.splits["dev"] == "val"
+
+
+def test_unknown_key_lists_valid_keys(recipe_path):
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['layers'\].*encoder_layers"):
+        load_recipe(recipe_path, ["model.layers=4"])
+
+
+def test_unknown_key_in_file_names_the_file(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("train:\n  lr: 0.1\n  warmpu: 10\n")
+    with pytest.raises(ConfigError, match=r"r\.yaml: train: unknown key\(s\) \['warmpu'\]"):
+        load_recipe(path)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.d_model=big", "expected an integer"),
+    ("model.tie_embeddings=3", "expected true/false"),
+    ("train.lr", "must look like section.key=value"),
+    ("lr=3", "must be section.key"),
+    ("model.arch=lstm", "model.arch 'lstm' is unknown"),
+    ("optim.lr=3", "unknown section"),
+])
+def test_bad_overrides_are_clear_errors(recipe_path, override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_recipe(recipe_path, [override])
+
+
+def test_missing_and_invalid_recipe_files(tmp_path):
+    with pytest.raises(ConfigError, match="recipe not found"):
+        load_recipe(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_recipe(bad)
+    bad.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="a recipe is a mapping"):
+        load_recipe(bad)
+
+
+def test_yaml_tags_are_not_executed(tmp_path):
+    bad = tmp_path / "evil.yaml"
+    bad.write_text("train: !!python/object/apply:os.system ['echo hacked']\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_recipe(bad)

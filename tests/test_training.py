@@ -1,0 +1,44 @@
+import json
+import math
+
+import torch
+
+from translate.checkpoint import load_checkpoint
+from translate.config import DecodeConfig
+from translate.evaluation import translate_sentences
+from translate.training import inverse_sqrt_lr
+
+
+def test_inverse_sqrt_schedule():
+    assert inverse_sqrt_lr(50, 1.0, 100) == 0.5
+    assert inverse_sqrt_lr(100, 1.0, 100) == 1.0
+    assert math.isclose(inverse_sqrt_lr(400, 1.0, 100), 0.5)
+
+
+def test_tiny_model_learns_real_data_and_decodes(trained_run):
+    run = trained_run.run_dir
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    assert train[0]["loss"] > 6.0  # about ln(1000) at the start
+    assert train[-1]["loss"] < 0.6 * train[0]["loss"]
+    valid = [r for r in records if r["kind"] == "valid"]
+    assert [r["step"] for r in valid] == [100, 200, 300]
+    assert valid[-1]["dev_loss"] < valid[0]["dev_loss"]
+    test = [r for r in records if r["kind"] == "test"]
+    assert test[0]["split"] == "test_2016_flickr" and test[0]["bleu"] > 1.0
+    assert "tok:13a" in test[0]["bleu_signature"]
+    hyps = (run / "test_2016_flickr.hyp.de").read_text(encoding="utf-8").splitlines()
+    assert len(hyps) == 100 and sum(bool(h) for h in hyps) > 90
+    assert {"recipe.yaml", "spm.model", "best.pt", "train.log"} <= {p.name for p in run.iterdir()}
+
+
+def test_checkpoint_holds_everything_to_decode(trained_run):
+    data = torch.load(trained_run.best_checkpoint, weights_only=True)
+    assert {"model", "recipe", "tokenizer", "optimizer", "scheduler", "rng", "step"} <= set(data)
+    assert data["tokenizer"]["special_ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
+    loaded = load_checkpoint(trained_run.best_checkpoint)
+    assert loaded.step == data["step"] and loaded.tokenizer.tgt_vocab_size == 1000
+    out = translate_sentences(loaded.model, loaded.tokenizer,
+                              ["A man is riding a bike.", "", "Two dogs play in the snow."],
+                              DecodeConfig())
+    assert len(out) == 3 and out[1] == "" and out[0] and out[2]

@@ -1,0 +1,80 @@
+import pytest
+import torch
+
+from translate.config import TransformerConfig
+from translate.models import build_model, count_parameters
+from translate.search import greedy_search
+from translate.tokenizer import PAD
+
+V = 50
+
+
+@pytest.fixture
+def model():
+    torch.manual_seed(0)
+    cfg = TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
+                            dropout=0.0)
+    return build_model(cfg, V, V, shared_vocab=True).eval()
+
+
+def batch(B=2, S=6, T=5, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(4, V, (B, S), generator=g), torch.randint(4, V, (B, T), generator=g)
+
+
+def test_changing_future_target_tokens_leaves_earlier_outputs_unchanged(model):
+    src, tgt = batch()
+    out = model(src, tgt)
+    for t in range(tgt.size(1) - 1):
+        changed = tgt.clone()
+        changed[:, t + 1:] = torch.randint(4, V, changed[:, t + 1:].shape)
+        torch.testing.assert_close(model(src, changed)[:, : t + 1], out[:, : t + 1])
+        assert not torch.allclose(model(src, changed)[:, t + 1:], out[:, t + 1:])
+
+
+def test_padding_leaves_real_positions_unchanged(model):
+    src, tgt = batch()
+    out = model(src, tgt)
+    padded_src = torch.cat([src, torch.full((2, 4), PAD)], dim=1)
+    padded_tgt = torch.cat([tgt, torch.full((2, 3), PAD)], dim=1)
+    torch.testing.assert_close(model(padded_src, padded_tgt)[:, : tgt.size(1)], out,
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_incremental_decoding_equals_full_recomputation(model):
+    src, tgt = batch()
+    full = model(src, tgt)
+    memory = model.encode(src)
+    state = model.init_state(memory)
+    steps = []
+    for t in range(tgt.size(1)):
+        logits, state = model.decode(tgt[:, t: t + 1], memory, state)
+        steps.append(logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_greedy_with_cache_equals_greedy_without(model):
+    src, _ = batch(B=4, S=8)
+    src[1, 5:] = PAD
+    assert greedy_search(model, src, 12, use_cache=True) == greedy_search(model, src, 12, use_cache=False)
+
+
+def test_tied_embeddings_share_one_matrix(model):
+    assert model.src_embed.tokens.weight is model.tgt_embed.tokens.weight
+    assert model.output.weight is model.tgt_embed.tokens.weight
+    untied = build_model(TransformerConfig(d_model=32, heads=4, tie_embeddings=False), V, V, True)
+    assert count_parameters(untied) - count_parameters(model) > 0
+
+
+def test_learned_positions_and_gelu_build_and_run():
+    cfg = TransformerConfig(d_model=32, heads=2, ffn_dim=64, encoder_layers=1, decoder_layers=1,
+                            positions="learned", activation="gelu", fused_qkv=False, qkv_bias=False)
+    m = build_model(cfg, V, V + 10, shared_vocab=False)
+    src, tgt = batch()
+    assert m(src, tgt).shape == (2, 5, V + 10)
+
+
+def test_too_long_input_is_a_clear_error(model):
+    src = torch.randint(4, V, (1, model.cfg.max_positions + 1))
+    with pytest.raises(ValueError, match="exceeds max_positions"):
+        model.encode(src)
