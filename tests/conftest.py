@@ -61,7 +61,7 @@ TINY_OVERRIDES = [
     "model.encoder_layers=2", "model.decoder_layers=2", "model.dropout=0.0",
     "train.max_tokens=1500", "train.lr=3e-3", "train.warmup=30", "train.eval_every=100",
     "train.log_every=10", "train.eval_every_minutes=0", "train.max_minutes=0",
-    "train.patience=0",
+    "train.patience=0", "train.ema_decay=0.999",
 ]
 
 

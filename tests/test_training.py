@@ -1,12 +1,14 @@
+import copy
 import json
 import math
 
 import torch
+from torch import nn
 
 from translate.checkpoint import load_checkpoint
 from translate.config import DecodeConfig
 from translate.evaluation import translate_sentences
-from translate.training import inverse_sqrt_lr
+from translate.training import inverse_sqrt_lr, update_ema
 
 
 def test_inverse_sqrt_schedule():
@@ -42,3 +44,23 @@ def test_checkpoint_holds_everything_to_decode(trained_run):
                               ["A man is riding a bike.", "", "Two dogs play in the snow."],
                               DecodeConfig())
     assert len(out) == 3 and out[1] == "" and out[0] and out[2]
+
+
+def test_ema_ramps_up_then_tracks_the_weights():
+    model = nn.Linear(2, 2)
+    ema = copy.deepcopy(model)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+        ema.weight.fill_(0.0)
+    update_ema(ema, model, decay=0.999, step=0)  # ramp: d = 1/10
+    torch.testing.assert_close(ema.weight, torch.full((2, 2), 0.9))
+    update_ema(ema, model, decay=0.5, step=1000)  # capped: d = 0.5
+    torch.testing.assert_close(ema.weight, torch.full((2, 2), 0.95))
+
+
+def test_ema_run_saves_average_and_training_weights(trained_run):
+    data = torch.load(trained_run.best_checkpoint, weights_only=True)
+    assert data["recipe"]["train"]["ema_decay"] == 0.999
+    raw, avg = data["train_model"], data["model"]
+    assert raw.keys() == avg.keys()
+    assert not torch.equal(raw["output.weight"], avg["output.weight"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -113,6 +114,9 @@ class Trainer:
         print(f"{recipe.model.arch}: {n_params / 1e6:.2f}M parameters, device {self.device}, "
               f"precision {self.precision}, {torch.get_num_threads()} CPU threads", flush=True)
         self.forward = torch.compile(self.model) if self.cfg.compile else self.model
+        # Exponential moving average of the weights: validated, saved and used to translate.
+        self.ema = copy.deepcopy(self.model).eval().requires_grad_(False) \
+            if self.cfg.ema_decay > 0 else None
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.lr,
                                            betas=tuple(self.cfg.betas), eps=1e-9,
                                            weight_decay=self.cfg.weight_decay)
@@ -149,20 +153,27 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.step += 1
+        if self.ema is not None:
+            update_ema(self.ema, self.model, self.cfg.ema_decay, self.step)
         return nll_sum / total_tokens, total_tokens
+
+    @property
+    def eval_model(self) -> nn.Module:
+        """The weights to validate, save and translate with: the EMA when there is one."""
+        return self.ema if self.ema is not None else self.model
 
     # -- validation --------------------------------------------------------------------------
 
     @torch.no_grad()
     def dev_loss(self) -> float:
-        self.model.eval()
+        model = self.eval_model.eval()
         pairs = self.dev["pairs"]
         nll, tokens = 0.0, 0
         for idx in token_batches([len(s) for s in pairs.src], [len(t) for t in pairs.tgt],
                                  self.cfg.max_tokens, shuffle=False):
             batch = collate([pairs.src[i] for i in idx], [pairs.tgt[i] for i in idx]).to(self.device)
             with autocast(self.device, self.precision):
-                logits = self.model(batch.src, batch.tgt_in)
+                logits = model(batch.src, batch.tgt_in)
             nll += float(label_smoothed_cross_entropy(logits, batch.tgt_out, 0.0, PAD)[1])
             tokens += batch.num_tgt_tokens
         return nll / max(tokens, 1)
@@ -170,7 +181,7 @@ class Trainer:
     def validate(self, elapsed: float, train_seconds: float) -> bool:
         """Score the dev set, log it, save checkpoints; return True when patience runs out."""
         loss = self.dev_loss()
-        hyps = translate_sentences(self.model, self.tokenizer, self.dev["src"], self.recipe.decode,
+        hyps = translate_sentences(self.eval_model, self.tokenizer, self.dev["src"], self.recipe.decode,
                                    self.device, self.precision)
         bleu = score(hyps, self.dev["tgt"], self.recipe.data.tgt_lang).bleu
         improved = bleu > self.best_bleu
@@ -179,7 +190,7 @@ class Trainer:
                   "elapsed": elapsed, "train_seconds": train_seconds}
         for split in self.recipe.train.monitor_splits:
             src, ref = self.monitor[split]
-            out = translate_sentences(self.model, self.tokenizer, src, self.recipe.decode,
+            out = translate_sentences(self.eval_model, self.tokenizer, src, self.recipe.decode,
                                       self.device, self.precision)
             record[f"{split}_bleu"] = score(out, ref, self.recipe.data.tgt_lang).bleu
         self.metrics.write(record)
@@ -195,7 +206,9 @@ class Trainer:
 
     def save(self, name: str, elapsed: float) -> None:
         path = self.run_dir / name
-        save_checkpoint(path, self.model, self.recipe, self.tokenizer, self.step, {
+        save_checkpoint(path, self.eval_model, self.recipe, self.tokenizer, self.step, {
+            # the optimizer's own weights, to resume from; "model" holds the EMA when enabled
+            **({"train_model": self.model.state_dict()} if self.ema is not None else {}),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
@@ -267,6 +280,17 @@ class Trainer:
                 stop = True
         bar.close()
         return self.step
+
+
+@torch.no_grad()
+def update_ema(ema: nn.Module, model: nn.Module, decay: float, step: int) -> None:
+    """ema <- d * ema + (1 - d) * model, with d = min(decay, (1 + step) / (10 + step)).
+
+    The ramp keeps the average from dragging early, near-random weights along: its window,
+    1 / (1 - d), grows with training (about step / 9) until it reaches 1 / (1 - decay).
+    """
+    d = min(decay, (1 + step) / (10 + step))
+    torch._foreach_lerp_(list(ema.parameters()), list(model.parameters()), 1 - d)
 
 
 def tqdm_write(message: str) -> None:
