@@ -48,7 +48,7 @@ def test_evaluate_files_and_checkpoint(runner, trained_run, small_data, tmp_path
     result = runner.invoke(main, ["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--json"])
     assert result.exit_code == 0, result.output
     scores = json.loads(result.stdout)["hyp"]
-    assert 0 < scores["bleu"] < 100 and scores["legacy_bleu"] == 100.0
+    assert 0 < scores["bleu"] < 99 and scores["legacy_bleu"] == pytest.approx(100.0)
     assert scores["bleu_signature"].startswith("nrefs:1|case:mixed")
     result = runner.invoke(main, ["evaluate", str(trained_run.best_checkpoint), "--split",
                                   "test_2016_flickr", "--data", str(small_data), "--json"])
