@@ -57,17 +57,11 @@ def train(recipe, overrides, run_dir, data_path, device, no_progress):
         result = run_training(cfg, run_dir, device, progress=not no_progress)
     except USER_ERRORS as e:
         _fail(e)
-    click.echo(f"\nbest checkpoint: {result.best_checkpoint} (step "
-               f"{_step(result.best_checkpoint)}, dev BLEU {result.best_dev_bleu:.2f})")
+    click.echo(f"\nbest checkpoint: {result.best_checkpoint} (step {result.best_step} of "
+               f"{result.steps}, dev BLEU {result.best_dev_bleu:.2f})")
     for split, scores in result.test_scores.items():
         click.echo(f"\n== {split} ==\n{scores.summary()}")
     click.echo(f"\nrun folder: {result.run_dir}")
-
-
-def _step(path: Path) -> int:
-    from translate.checkpoint import read_checkpoint
-
-    return int(read_checkpoint(path).get("step", 0))
 
 
 @main.command()

@@ -67,6 +67,7 @@ class MetricsLog:
 class TrainResult:
     run_dir: Path
     best_checkpoint: Path
+    best_step: int
     steps: int
     best_dev_bleu: float
     test_scores: dict = field(default_factory=dict)
@@ -342,7 +343,7 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
                                    "legacy_bleu": scores.legacy_bleu,
                                    "bleu_signature": scores.bleu_signature})
         trainer.metrics.close()
-        return TrainResult(run_dir, run_dir / "best.pt", steps, trainer.best_bleu, results)
+        return TrainResult(run_dir, run_dir / "best.pt", best.step, steps, trainer.best_bleu, results)
     finally:
         logging.getLogger("translate").removeHandler(handler)
         handler.close()
