@@ -17,6 +17,7 @@ from torch import nn
 from translate.config import Recipe, recipe_from_dict
 from translate.models import build_model
 from translate.tokenizer import SPECIAL_IDS, Tokenizer
+from translate.utils import first_line
 
 FORMAT_VERSION = 1
 
@@ -67,7 +68,7 @@ def read_checkpoint(path: str | Path) -> dict:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else 'truncated or corrupt'})") from None
+                              f"{first_line(e)})") from None
     if not isinstance(data, dict) or "model" not in data or "recipe" not in data:
         raise CheckpointError(f"{path}: not a translate checkpoint (missing model or recipe)")
     return data
@@ -94,6 +95,6 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
         model.load_state_dict(data["model"])
     except RuntimeError as e:
         raise CheckpointError(f"{path}: weights do not fit the recipe's model: "
-                              f"{str(e).splitlines()[0]}") from None
+                              f"{first_line(e)}") from None
     model.to(device).eval()
     return Loaded(model, recipe, tokenizer, int(data.get("step", 0)), data)

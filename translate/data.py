@@ -20,6 +20,7 @@ import torch
 
 from translate.config import DataConfig
 from translate.tokenizer import BOS, PAD, Tokenizer
+from translate.utils import first_line
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def _load_local(folder: Path, split: str, name: str, cfg: DataConfig):
                                                  split="split", **kwargs)
                 except Exception as e:  # datasets wraps parse errors in several types
                     raise DataError(f"{file}: could not be read as {builder}: "
-                                    f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+                                    f"{first_line(e)}") from None
         src_file, tgt_file = folder / f"{stem}.{cfg.src_lang}", folder / f"{stem}.{cfg.tgt_lang}"
         if src_file.is_file() and tgt_file.is_file():
             return read_parallel_text(src_file, tgt_file, cfg.src_lang, cfg.tgt_lang)
@@ -84,7 +85,7 @@ def _load_hub(dataset: str, subset: str | None, name: str):
     try:
         return datasets.load_dataset(dataset, subset, split=name)
     except Exception as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        first = first_line(e)
         if "split" in first.lower() and "unknown" in first.lower():
             raise DataError(f"{dataset}: {first}") from None
         raise DataError(

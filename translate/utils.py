@@ -8,6 +8,12 @@ import random
 import torch
 
 
+def first_line(error: BaseException) -> str:
+    """An exception's first message line (or its type name): for one-line user errors."""
+    text = str(error)
+    return text.splitlines()[0] if text.strip() else type(error).__name__
+
+
 def pick_device(name: str | None = None) -> torch.device:
     """CUDA > MPS > CPU unless `name` says otherwise."""
     if name:
