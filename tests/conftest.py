@@ -55,28 +55,48 @@ def small_data(multi30k, tmp_path_factory) -> Path:
     return folder
 
 
-TINY_OVERRIDES = [
-    "tokenizer.vocab_size=1000",
-    "model.d_model=64", "model.heads=4", "model.ffn_dim=128",
-    "model.encoder_layers=2", "model.decoder_layers=2", "model.dropout=0.0",
-    "train.max_tokens=1500", "train.lr=3e-3", "train.warmup=30", "train.eval_every=100",
-    "train.log_every=10", "train.eval_every_minutes=0", "train.max_minutes=0",
-    "train.patience=0", "train.ema_decay=0.999",
+TINY_TRAIN = [
+    "tokenizer.vocab_size=1000", "train.max_tokens=1500", "train.lr=3e-3", "train.warmup=30",
+    "train.eval_every=100", "train.log_every=10", "train.eval_every_minutes=0",
+    "train.max_minutes=0", "train.patience=0", "train.ema_decay=0.999",
 ]
+TINY_OVERRIDES = [
+    "model.d_model=64", "model.heads=4", "model.ffn_dim=128", "model.encoder_layers=2",
+    "model.decoder_layers=2", "model.dropout=0.0", *TINY_TRAIN,
+]
+RNN_TINY_OVERRIDES = [
+    "model.embed_dim=64", "model.encoder_hidden=64", "model.decoder_hidden=96",
+    "model.attn_dim=64", "model.dropout=0.0", *TINY_TRAIN,
+]
+RECIPES = Path(__file__).resolve().parents[1] / "recipes/multi30k"
+
+
+def train_tiny(recipe: Path, overrides: list[str], data: Path, steps: int, run_dir: Path):
+    from translate.config import load_recipe
+    from translate.training import train
+
+    cfg = load_recipe(recipe, [*overrides, f"data.dataset={data}", f"train.max_steps={steps}"])
+    return train(cfg, run_dir, device="cpu", progress=False)
 
 
 @pytest.fixture(scope="session")
 def recipe_path() -> Path:
-    return Path(__file__).resolve().parents[1] / "recipes/multi30k/transformer.yaml"
+    return RECIPES / "transformer.yaml"
+
+
+@pytest.fixture(scope="session")
+def rnn_recipe_path() -> Path:
+    return RECIPES / "rnn_bahdanau.yaml"
 
 
 @pytest.fixture(scope="session")
 def trained_run(small_data, recipe_path, tmp_path_factory):
     """One tiny Transformer trained 300 steps on 2k real pairs, shared by the tests that need one."""
-    from translate.config import load_recipe
-    from translate.training import train
+    return train_tiny(recipe_path, TINY_OVERRIDES, small_data, 300, tmp_path_factory.mktemp("run"))
 
-    recipe = load_recipe(recipe_path, [*TINY_OVERRIDES, f"data.dataset={small_data}",
-                                       "train.max_steps=300"])
-    run_dir = tmp_path_factory.mktemp("run")
-    return train(recipe, run_dir, device="cpu", progress=False)
+
+@pytest.fixture(scope="session")
+def trained_rnn_run(small_data, rnn_recipe_path, tmp_path_factory):
+    """One tiny attention RNN trained 200 steps on 2k real pairs."""
+    return train_tiny(rnn_recipe_path, RNN_TINY_OVERRIDES, small_data, 200,
+                      tmp_path_factory.mktemp("rnn_run"))

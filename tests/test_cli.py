@@ -89,3 +89,41 @@ def test_hub_name_offline_fails_with_one_line(runner, recipe_path, tmp_path):
     result = runner.invoke(main, ["train", str(recipe_path), "--run-dir", str(tmp_path / "r")])
     assert result.exit_code == 1
     assert "TRANSLATE_DATA" in result.output and "Traceback" not in result.output
+
+
+def test_decode_beam_nbest_scores_and_chunks(runner, trained_run, tmp_path):
+    text = "A man is riding a bike.\n\nTwo dogs play in the snow.\nA girl sings.\n"
+    run = str(trained_run.run_dir)
+    whole = runner.invoke(main, ["decode", run, "--beam", "4"], input=text)
+    chunked = runner.invoke(main, ["decode", run, "--beam", "4", "--chunk", "1"], input=text)
+    assert whole.exit_code == 0, whole.output
+    assert whole.stdout == chunked.stdout and len(whole.stdout.split("\n")) == 5
+    nbest = runner.invoke(main, ["decode", run, "--beam", "4", "--nbest", "3"], input=text)
+    rows = [line.split(" ||| ") for line in nbest.stdout.splitlines()]
+    assert [int(r[0]) for r in rows] == [0, 0, 0, 1, 2, 2, 2, 3, 3, 3]
+    assert [r[1] for r in rows if r[0] == "0"][0] == whole.stdout.split("\n")[0]
+    scores = [float(r[2].split()[0]) for r in rows if r[0] == "2"]
+    assert scores == sorted(scores, reverse=True)
+    scored = runner.invoke(main, ["decode", run, "--scores"], input=text).stdout.splitlines()
+    text_out, score, logprob = scored[0].split("\t")
+    assert float(logprob) < 0 and float(score) < 0 and text_out
+    too_many = runner.invoke(main, ["decode", run, "--beam", "2", "--nbest", "3"], input=text)
+    assert too_many.exit_code != 0 and "cannot exceed the beam size" in too_many.output
+
+
+def test_decode_interactive_answers_line_by_line(runner, trained_run):
+    batch = runner.invoke(main, ["decode", str(trained_run.run_dir)], input="A dog runs.\nA cat.\n")
+    live = runner.invoke(main, ["decode", str(trained_run.run_dir), "--interactive"],
+                         input="A dog runs.\nA cat.\n")
+    assert live.exit_code == 0 and live.stdout == batch.stdout
+
+
+def test_decode_invalid_utf8_names_the_line_and_keeps_earlier_output(runner, trained_run, tmp_path):
+    src = tmp_path / "bad.en"
+    src.write_bytes(b"A dog runs.\nA cat \xff sleeps.\n")
+    out = tmp_path / "out.de"
+    result = runner.invoke(main, ["decode", str(trained_run.run_dir), "-i", str(src), "-o",
+                                  str(out), "--chunk", "1"])
+    assert result.exit_code == 1 and "line 2 is not valid UTF-8" in result.output
+    assert "Traceback" not in result.output
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 1

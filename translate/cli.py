@@ -1,4 +1,5 @@
-"""The `translate` command: train, decode, evaluate. Each command parses, then calls one function."""
+"""The `translate` command: train, decode, evaluate, compare, attention, curve. Each command parses,
+then calls one function."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def main(verbose: bool) -> None:
     """translate: encoder-decoder machine translation (Transformer, attention RNN)."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    for noisy in ("datasets", "fsspec", "filelock", "urllib3", "huggingface_hub", "matplotlib"):
+    for noisy in ("datasets", "fsspec", "filelock", "urllib3", "huggingface_hub", "matplotlib",
+                  "sacrebleu"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -68,38 +70,96 @@ def train(recipe, overrides, run_dir, data_path, device, no_progress):
 @click.argument("checkpoint", type=click.Path())
 @click.option("-i", "--input", "input_path", default="-", help="Source sentences, one a line (- = stdin).")
 @click.option("-o", "--output", "output_path", default="-", help="Translations (- = stdout).")
-@click.option("--beam", type=click.IntRange(min=1), default=1, help="Beam size (1 = greedy).")
+@click.option("--beam", type=click.IntRange(min=1), default=None,
+              help="Beam size; 1 = greedy (default: the recipe's).")
+@click.option("--nbest", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Hypotheses per sentence (<= beam), written as 'i ||| text ||| score logprob'.")
+@click.option("--lenpen", type=float, default=None,
+              help="Length penalty alpha, ((5 + len) / 6) ** alpha (default: the recipe's).")
+@click.option("--scores", is_flag=True,
+              help="Write 'text<TAB>score<TAB>logprob': score = logprob / length penalty.")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=None,
               help="Source tokens per batch.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+              help="Sentences per batch (also capped by --max-tokens).")
+@click.option("--chunk", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Lines read, decoded and written at a time, so any input size fits in memory.")
+@click.option("--interactive", is_flag=True, help="Translate each line as soon as it is typed.")
 @click.option("--device", default=None, help="cpu, cuda, mps (default: best available).")
-def decode(checkpoint, input_path, output_path, beam, max_tokens, device):
+def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max_tokens,
+           batch_size, chunk, interactive, device):
     """Translate raw sentences with a CHECKPOINT (a .pt file or a run folder)."""
     from dataclasses import replace
 
     from translate.checkpoint import load_checkpoint
-    from translate.data import read_lines
-    from translate.evaluation import translate_sentences
+    from translate.evaluation import decode_sentences
     from translate.utils import pick_device, resolve_precision
 
-    if beam != 1:
-        _fail(ValueError("beam search is not available yet; use --beam 1 (greedy)"))
     try:
         dev = pick_device(device)
         loaded = load_checkpoint(checkpoint, dev)
-        lines = _read_input(input_path, read_lines)
-        cfg = loaded.recipe.decode
-        if max_tokens:
-            cfg = replace(cfg, max_tokens=max_tokens)
+        changes = {"beam": beam, "lenpen": lenpen, "max_tokens": max_tokens,
+                   "batch_size": batch_size}
+        cfg = replace(loaded.recipe.decode, **{k: v for k, v in changes.items() if v is not None})
+        if nbest > cfg.beam:
+            raise click.UsageError(f"--nbest ({nbest}) cannot exceed the beam size ({cfg.beam})")
         precision = resolve_precision(loaded.recipe.train.precision, dev)
-        outputs = translate_sentences(loaded.model, loaded.tokenizer, lines, cfg, dev, precision,
-                                      progress=output_path != "-" and sys.stderr.isatty())
-        text = "".join(o + "\n" for o in outputs)
-        if output_path == "-":
-            click.echo(text, nl=False)
-        else:
-            Path(output_path).write_text(text, encoding="utf-8")
+        with _open_input(input_path) as source, _open_output(output_path) as sink:
+            first = 0
+            for lines in _chunks(source, input_path, 1 if interactive else chunk):
+                found = decode_sentences(loaded.model, loaded.tokenizer, lines, cfg, dev, precision,
+                                         progress=output_path != "-" and sys.stderr.isatty(),
+                                         nbest=nbest, with_scores=scores)
+                sink.write("".join(_format(first + i, hyps, nbest, scores)
+                                   for i, hyps in enumerate(found)))
+                sink.flush()
+                first += len(lines)
     except USER_ERRORS as e:
         _fail(e)
+
+
+def _format(index: int, hyps, nbest: int, scores: bool) -> str:
+    if nbest > 1:
+        return "".join(f"{index} ||| {h.text} ||| {h.score:.4f} {h.logprob:.4f}\n" for h in hyps)
+    h = hyps[0]
+    return f"{h.text}\t{h.score:.4f}\t{h.logprob:.4f}\n" if scores else h.text + "\n"
+
+
+def _open_input(path: str):
+    from contextlib import nullcontext
+
+    if path == "-":
+        return nullcontext(sys.stdin.buffer)
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"input file not found: {p}")
+    if p.is_dir():
+        raise DataError(f"input is a folder, not a file: {p}")
+    return open(p, "rb")
+
+
+def _open_output(path: str):
+    from contextlib import nullcontext
+
+    if path == "-":
+        return nullcontext(sys.stdout)
+    return open(path, "w", encoding="utf-8")
+
+
+def _chunks(stream, name: str, size: int):
+    """Lists of up to `size` decoded lines; the stream is read lazily."""
+    from translate.data import iter_lines
+
+    if size == 1 and sys.stdin.isatty() and stream is sys.stdin.buffer:
+        click.echo("type a sentence and press Enter (Ctrl-D to quit)", err=True)
+    lines = []
+    for line in iter_lines(stream, "stdin" if name == "-" else name):
+        lines.append(line)
+        if len(lines) == size:
+            yield lines
+            lines = []
+    if lines:
+        yield lines
 
 
 def _read_input(path: str, read_lines) -> list[str]:
@@ -130,9 +190,12 @@ def _read_input(path: str, read_lines) -> list[str]:
 @click.option("--hyp", type=click.Path(dir_okay=False), help="Hypothesis file (with --ref).")
 @click.option("--ref", type=click.Path(dir_okay=False), help="Reference file (with --hyp).")
 @click.option("--lang", default=None, help="Target language for legacy tokenization (default de).")
+@click.option("--beam", type=click.IntRange(min=1), default=None,
+              help="Beam size; 1 = greedy (default: the recipe's).")
+@click.option("--lenpen", type=float, default=None, help="Length penalty alpha for beam search.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option("--device", default=None)
-def evaluate(checkpoint, splits, data_path, hyp, ref, lang, as_json, device):
+def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_json, device):
     """Score a CHECKPOINT on named splits, or score --hyp against --ref."""
     from dataclasses import asdict
 
@@ -148,7 +211,7 @@ def evaluate(checkpoint, splits, data_path, hyp, ref, lang, as_json, device):
                 raise DataError(f"{hyp} has {len(hyps)} lines, {ref} has {len(refs)}")
             results = {Path(hyp).name: score(hyps, refs, lang or "de")}
         elif checkpoint:
-            results = _score_checkpoint(checkpoint, splits, data_path, device)
+            results = _score_checkpoint(checkpoint, splits, data_path, device, beam, lenpen)
         else:
             raise click.UsageError("give a CHECKPOINT, or --hyp and --ref")
     except USER_ERRORS as e:
@@ -160,7 +223,7 @@ def evaluate(checkpoint, splits, data_path, hyp, ref, lang, as_json, device):
             click.echo(f"== {name} ==\n{s.summary()}")
 
 
-def _score_checkpoint(checkpoint, splits, data_path, device) -> dict:
+def _score_checkpoint(checkpoint, splits, data_path, device, beam=None, lenpen=None) -> dict:
     from dataclasses import replace
 
     from translate.checkpoint import load_checkpoint
@@ -175,13 +238,75 @@ def _score_checkpoint(checkpoint, splits, data_path, device) -> dict:
         data_cfg = replace(data_cfg, dataset=data_path)
         os.environ.pop("TRANSLATE_DATA", None)
     precision = resolve_precision(loaded.recipe.train.precision, dev)
+    changes = {"beam": beam, "lenpen": lenpen}
+    decode_cfg = replace(loaded.recipe.decode, **{k: v for k, v in changes.items() if v is not None})
     results = {}
     for split in splits or data_cfg.test_splits:
         src, ref = load_split(data_cfg, split)
-        hyps = translate_sentences(loaded.model, loaded.tokenizer, src, loaded.recipe.decode, dev,
+        hyps = translate_sentences(loaded.model, loaded.tokenizer, src, decode_cfg, dev,
                                    precision, progress=sys.stderr.isatty())
         results[split] = score(hyps, ref, data_cfg.tgt_lang)
     return results
+
+
+@main.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path())
+@click.option("--split", default="test_2016_flickr", show_default=True,
+              help="Split every run decodes and is scored on.")
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
+              help="Report folder: report.md, results.json, figures, hypotheses.")
+@click.option("--data", "data_path", default=None, metavar="PATH_OR_HUB_NAME",
+              help="Dataset instead of the first run's recipe's (same as TRANSLATE_DATA).")
+@click.option("--device", default=None, help="cpu, cuda, mps (default: best available).")
+@click.option("--samples", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Sample translations shown side by side.")
+def compare(run_dirs, split, output, data_path, device, samples):
+    """Compare RUN_DIRS on one split and write a Markdown report; the first run is the baseline.
+
+    Each run's best.pt decodes the split now (greedy). The report has a table per system,
+    sacreBLEU's paired bootstrap test, BLEU by source length, learning curves, attention maps
+    and sample translations.
+    """
+    from translate.compare import compare as run_compare
+    from translate.report import findings
+
+    try:
+        if data_path:
+            os.environ.pop("TRANSLATE_DATA", None)
+        results = run_compare(run_dirs, split, output, data_path, device, samples,
+                              progress=sys.stderr.isatty())
+    except USER_ERRORS as e:
+        _fail(e)
+    click.echo("\n".join(findings(results)))
+    click.echo(f"\nreport: {Path(output) / 'report.md'}")
+
+
+@main.command()
+@click.argument("checkpoint", type=click.Path())
+@click.option("--text", required=True, help="The source sentence to translate.")
+@click.option("-o", "--output", default="attention.png", show_default=True,
+              type=click.Path(dir_okay=False), help="PNG file to write.")
+@click.option("--device", default=None, help="cpu, cuda, mps (default: best available).")
+def attention(checkpoint, text, output, device):
+    """Draw the attention maps of a CHECKPOINT's (file or run folder) translation of --text.
+
+    A Transformer gets a grid (encoder self-attention, decoder causal self-attention and
+    cross-attention; one column per layer, heads averaged); an RNN its alignment matrix.
+    """
+    from translate.checkpoint import load_checkpoint
+    from translate.compare import attention_figure, attention_maps
+    from translate.utils import pick_device
+
+    try:
+        dev = pick_device(device)
+        loaded = load_checkpoint(checkpoint, dev)
+        maps = attention_maps(loaded.model, loaded.tokenizer, text, loaded.recipe.decode, dev)
+        title = f"{loaded.recipe.model.arch}: {text.strip()}  →  {maps.translation}"
+        path = attention_figure(maps, output, title)
+    except USER_ERRORS as e:
+        _fail(e)
+    click.echo(f"translation: {maps.translation}")
+    click.echo(f"figure: {path}")
 
 
 @main.command()

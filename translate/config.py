@@ -73,7 +73,21 @@ class TransformerConfig:
     tie_embeddings: bool = True  # source, target and output share weights (joint vocab only)
 
 
-MODEL_CONFIGS: dict[str, type] = {"transformer": TransformerConfig}
+@dataclass(frozen=True)
+class RNNConfig:
+    arch: str = "rnn"
+    cell: str = "gru"  # gru | lstm, in the encoder and the decoder
+    embed_dim: int = 256  # E; also the maxout output's width, so the output layer can be tied
+    encoder_hidden: int = 256  # per direction: annotations are 2x this wide
+    encoder_layers: int = 1
+    decoder_hidden: int = 512
+    attn_dim: int = 512  # width of the additive scorer's hidden layer
+    dropout: float = 0.3  # on embeddings, annotations and the output layers
+    max_positions: int = 1024  # longest source or output decoded (no position table)
+    tie_embeddings: bool = True  # target embedding = output projection (+ source when joint)
+
+
+MODEL_CONFIGS: dict[str, type] = {"transformer": TransformerConfig, "rnn": RNNConfig}
 
 
 @dataclass(frozen=True)
@@ -105,10 +119,12 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    beam: int = 1
+    beam: int = 1  # 1: greedy
+    lenpen: float = 0.6  # GNMT length penalty alpha for beam search; 0: rank by log-probability
     max_len_a: float = 1.5  # output limit a * source length + b
     max_len_b: int = 10
     max_tokens: int = 8000  # source tokens per decoding batch
+    batch_size: int = 0  # most sentences per decoding batch; 0: no limit
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import BinaryIO, Iterator, Sequence
 
 import torch
 
@@ -107,6 +107,16 @@ def read_lines(path: Path) -> list[str]:
             raise DataError(f"{path}: line {number} is not valid UTF-8 ({e.reason} at byte "
                             f"{e.start})") from None
     return out
+
+
+def iter_lines(stream: BinaryIO, name: str) -> Iterator[str]:
+    """Lines of a binary stream as text, one at a time, naming the line of any invalid byte."""
+    for number, raw in enumerate(stream, 1):
+        try:
+            yield raw.decode("utf-8").rstrip("\n").rstrip("\r")
+        except UnicodeDecodeError as e:
+            raise DataError(f"{name}: line {number} is not valid UTF-8 ({e.reason} at byte "
+                            f"{e.start})") from None
 
 
 def _check_utf8(path: Path) -> None:

@@ -15,19 +15,22 @@ from torch import nn
 
 from translate.config import DecodeConfig
 from translate.data import pad
-from translate.search import greedy_search, max_output_length
+from translate.search import Hypothesis, beam_search, greedy_search, output_limits
 from translate.tokenizer import Tokenizer
 from translate.utils import autocast
 
 log = logging.getLogger(__name__)
 
 
-def length_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Indices sorted by length (longest first) and cut so each batch has <= max_tokens tokens."""
+def length_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int = 0
+                   ) -> list[list[int]]:
+    """Indices sorted by length (longest first), cut so each batch has <= max_tokens tokens
+    (padded) and, when max_sentences > 0, at most that many sentences."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches, current = [], []
     for i in order:
-        if current and lengths[current[0]] * (len(current) + 1) > max_tokens:
+        full = 0 < max_sentences <= len(current)
+        if current and (full or lengths[current[0]] * (len(current) + 1) > max_tokens):
             batches.append(current)
             current = []
         current.append(i)
@@ -36,11 +39,25 @@ def length_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     return batches
 
 
+@dataclass
+class Translation:
+    text: str
+    score: float = 0.0  # beam score: logprob / length penalty
+    logprob: float = 0.0  # sum of token log-probabilities, EOS included
+    tokens: int = 0  # output pieces, EOS excluded
+
+
 @torch.no_grad()
-def translate_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence[str],
-                        cfg: DecodeConfig, device: torch.device | str = "cpu",
-                        precision: str = "fp32", progress: bool = False) -> list[str]:
-    """Translate raw sentences; output i belongs to input i, an empty input gives ''."""
+def decode_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence[str],
+                     cfg: DecodeConfig, device: torch.device | str = "cpu",
+                     precision: str = "fp32", progress: bool = False, nbest: int = 1,
+                     with_scores: bool = False) -> list[list[Translation]]:
+    """Translate raw sentences: for input i, its `nbest` translations, best first.
+
+    Batches by length, restores the input order, gives an empty input one empty translation and
+    truncates (with a warning) a line longer than the model's limit. Greedy search serves beam
+    1 unless scores or several hypotheses are asked for; beam search serves the rest.
+    """
     model.eval()
     device = torch.device(device)
     limit = model.cfg.max_positions - 1
@@ -51,20 +68,33 @@ def translate_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Seque
                         "first %d pieces only", i + 1, len(ids), limit, limit)
             encoded[i] = ids[: limit - 1] + ids[-1:]
     todo = [i for i, s in enumerate(sentences) if s.strip()]
-    outputs = [""] * len(sentences)
-    batches = length_batches([len(encoded[i]) for i in todo], cfg.max_tokens)
+    outputs = [[Translation("")] for _ in sentences]
+    use_beam = cfg.beam > 1 or nbest > 1 or with_scores
     bar = _progress(len(todo), progress)
-    for batch in batches:
+    for batch in length_batches([len(encoded[i]) for i in todo], cfg.max_tokens, cfg.batch_size):
         idx = [todo[j] for j in batch]
         src = pad([torch.tensor(encoded[i]) for i in idx]).to(device)  # (B, S)
-        max_len = max_output_length(src, cfg.max_len_a, cfg.max_len_b, limit)
+        limits = output_limits(src, cfg.max_len_a, cfg.max_len_b, limit)  # (B,)
         with autocast(device, precision):
-            hyps = greedy_search(model, src, max_len)
-        for i, text in zip(idx, tokenizer.decode_tgt(hyps)):
-            outputs[i] = text
+            if use_beam:
+                found = beam_search(model, src, max(cfg.beam, nbest), limits, cfg.lenpen, nbest)
+            else:
+                found = [[Hypothesis(ids, 0.0, 0.0)] for ids in greedy_search(model, src, limits)]
+        for i, hyps in zip(idx, found):
+            texts = tokenizer.decode_tgt([h.tokens for h in hyps])
+            outputs[i] = [Translation(t, h.score, h.logprob, len(h.tokens))
+                          for t, h in zip(texts, hyps)]
         bar.update(len(idx))
     bar.close()
     return outputs
+
+
+def translate_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence[str],
+                        cfg: DecodeConfig, device: torch.device | str = "cpu",
+                        precision: str = "fp32", progress: bool = False) -> list[str]:
+    """Translate raw sentences; output i belongs to input i, an empty input gives ''."""
+    found = decode_sentences(model, tokenizer, sentences, cfg, device, precision, progress)
+    return [hyps[0].text for hyps in found]
 
 
 def _progress(total: int, enabled: bool):

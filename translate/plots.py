@@ -1,9 +1,15 @@
-"""Figures drawn from run folders' metrics logs (matplotlib, written as PNG)."""
+"""Figures (matplotlib, Agg backend, written as PNG): learning curves from run folders' metrics
+logs, BLEU by sentence length, attention heatmaps."""
 
 from __future__ import annotations
 
 import json
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
+
+import numpy as np
 
 
 class MetricsError(ValueError):
@@ -29,11 +35,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 def plot_learning_curves(run_dirs: list[str | Path], output: str | Path,
                          monitor: str = "test_2016_flickr") -> Path:
     """Dev BLEU (solid) and, where logged, a monitored split's BLEU (dashed) against minutes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=130)
     for run_dir in run_dirs:
         valid = [r for r in read_metrics(run_dir) if r["kind"] == "valid"]
@@ -52,8 +54,117 @@ def plot_learning_curves(run_dirs: list[str | Path], output: str | Path,
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
+    return _save(fig, output)
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, or a ValueError saying how to install it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ValueError("figures need matplotlib: pip install 'translate[plots]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, output: str | Path) -> Path:
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output)
-    plt.close(fig)
+    pyplot().close(fig)
     return output
+
+
+def plot_dev_curves(curves: dict[str, list[dict]], output: str | Path) -> Path:
+    """Dev BLEU against training wall-clock (left) and against steps (right), one line per run.
+
+    Args:
+        curves: run name -> its "valid" records (with step, elapsed, dev_bleu).
+    """
+    plt = pyplot()
+    fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=130, sharey=True)
+    for name, valid in curves.items():
+        bleu = [r["dev_bleu"] for r in valid]
+        by_time.plot([r["elapsed"] / 60 for r in valid], bleu, marker="o", ms=3, label=name)
+        by_step.plot([r["step"] for r in valid], bleu, marker="o", ms=3, label=name)
+    by_time.set_xlabel("training wall-clock (minutes, validation included)")
+    by_step.set_xlabel("training steps (optimizer updates)")
+    by_time.set_ylabel("dev BLEU (sacreBLEU, greedy)")
+    by_time.set_title("dev BLEU vs wall-clock")
+    by_step.set_title("dev BLEU vs steps")
+    by_time.set_ylim(bottom=0)
+    for ax in (by_time, by_step):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, output)
+
+
+def plot_length_buckets(labels: Sequence[str], counts: Sequence[int],
+                        bleu: dict[str, Sequence[float | None]], output: str | Path) -> Path:
+    """Corpus BLEU per source-length bucket, one line per system (as Bahdanau et al. 2014, Fig. 2).
+
+    Args:
+        labels, counts: each bucket's name ("11-15") and number of sentences.
+        bleu: system name -> BLEU per bucket (None for an empty bucket).
+    """
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=130)
+    x = np.arange(len(labels))
+    for name, values in bleu.items():
+        y = [np.nan if v is None else v for v in values]
+        ax.plot(x, y, marker="o", label=name)
+    ax.set_xticks(x, [f"{label}\n({n} sent.)" for label, n in zip(labels, counts)])
+    ax.set_xlabel("source sentence length (words)")
+    ax.set_ylabel("corpus BLEU within the bucket")
+    ax.set_ylim(bottom=0)
+    ax.set_title("BLEU by source sentence length")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, output)
+
+
+@dataclass
+class Heatmap:
+    """One attention matrix to draw: rows are queries, columns keys."""
+
+    title: str
+    weights: np.ndarray  # (rows, columns), each row a distribution over the columns
+    x_labels: list[str]  # the keys' pieces
+    y_labels: list[str]  # the queries' pieces
+    x_name: str = "source"
+    y_name: str = "target"
+
+
+def plot_heatmaps(rows: list[list[Heatmap]], output: str | Path, title: str,
+                  max_columns: int = 3) -> Path:
+    """A grid of attention heatmaps with token tick labels, one colorbar each.
+
+    Each inner list is one row of the grid (wrapped after `max_columns`); the cells are sized by
+    the largest matrix so every label stays readable.
+    """
+    plt = pyplot()
+    rows = [row[i: i + max_columns] for row in rows for i in range(0, len(row), max_columns)]
+    n_rows, n_cols = len(rows), max(len(row) for row in rows)
+    longest = max(max(len(h.x_labels), len(h.y_labels)) for row in rows for h in row)
+    cell = 1.6 + 0.17 * longest  # inches per panel side: about 0.17 per token at 8 pt
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(cell * n_cols + 0.5, cell * n_rows + 0.8),
+                             dpi=110, squeeze=False, layout="constrained")
+    for ax_row, row in zip(axes, rows):
+        for ax, heatmap in zip(ax_row, row + [None] * (n_cols - len(row))):
+            if heatmap is None:
+                ax.axis("off")
+                continue
+            image = ax.imshow(heatmap.weights, cmap="viridis", vmin=0.0, aspect="auto",
+                              interpolation="nearest")
+            ax.set_xticks(range(len(heatmap.x_labels)), heatmap.x_labels, rotation=90, fontsize=8)
+            ax.set_yticks(range(len(heatmap.y_labels)), heatmap.y_labels, fontsize=8)
+            ax.set_xlabel(heatmap.x_name, fontsize=9)
+            ax.set_ylabel(heatmap.y_name, fontsize=9)
+            ax.set_title(heatmap.title, fontsize=9)
+            fig.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
+    fig.suptitle("\n".join(textwrap.wrap(title, int(9 * cell * n_cols))), fontsize=11)
+    return _save(fig, output)

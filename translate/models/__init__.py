@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from torch import nn
 
+from translate.models.rnn import RNNSeq2Seq
 from translate.models.transformer import Transformer
 
-MODELS: dict[str, type[nn.Module]] = {"transformer": Transformer}
+MODELS: dict[str, type[nn.Module]] = {"transformer": Transformer, "rnn": RNNSeq2Seq}
 
 
 def build_model(cfg, src_vocab: int, tgt_vocab: int, shared_vocab: bool) -> nn.Module:

@@ -5,14 +5,18 @@
     cross-attention          attn(y, context=memory, mask=src_mask)      Q from the target, K, V from
                                                                          the encoder output
 
-Shapes: B batch, T query length, S key length, D model width, H heads, Dh = D / H.
-Masks are boolean, True = may attend, broadcastable to (B, H, T, S).
+Shapes: B batch, T query length, S key length, D model width, H heads, Dh = D / H, A the
+additive attention's width. Masks are boolean, True = may attend, broadcastable to (B, H, T, S).
+
+`AdditiveAttention` is Bahdanau et al.'s (2014) scorer for the RNN model; `record_attention`
+collects the weights of every attention module in a model, for plots.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -74,6 +78,7 @@ class MultiHeadAttention(nn.Module):
             self.k_proj = nn.Linear(d_model, d_model, bias=bias)
             self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model)
+        self.recorder: Optional[list] = None  # set by record_attention()
 
     def forward(self, x: torch.Tensor, context: Optional[torch.Tensor] = None,
                 mask: Optional[torch.Tensor] = None, causal: bool = False,
@@ -94,6 +99,7 @@ class MultiHeadAttention(nn.Module):
             (B, T, D) output and the weights (or None).
         """
         B, T, _ = x.shape
+        need_weights = need_weights or self.recorder is not None
         q, k, v = self._project(x, context, cache)  # (B, H, T, Dh), (B, H, S, Dh) x 2
         if causal and T == 1:
             causal = False  # one new query may see every key so far
@@ -106,6 +112,8 @@ class MultiHeadAttention(nn.Module):
         else:
             out = sdpa(q, k, v, mask, self.dropout if self.training else 0.0, causal)
             weights = None
+        if self.recorder is not None:
+            self.recorder.append(weights.detach())
         out = out.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, D)
         return self.out_proj(out), weights
 
@@ -155,3 +163,68 @@ class MultiHeadAttention(nn.Module):
         weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
         dropped = F.dropout(weights, self.dropout, self.training)
         return dropped @ v, weights  # (B, H, T, Dh), (B, H, T, S)
+
+
+class AdditiveAttention(nn.Module):
+    """Bahdanau attention: e_j = v^T tanh(W q + U k_j), weights softmax(e) over real positions.
+
+    U k_j does not depend on the query, so `project_keys` computes it once per sentence and every
+    decoder step reuses it.
+
+    Args:
+        query_dim: width of the query (the decoder state s_{i-1}).
+        key_dim: width of the keys (the encoder annotations h_j).
+        attn_dim: width A of the hidden scoring layer.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, attn_dim: int):
+        super().__init__()
+        self.query_proj = nn.Linear(query_dim, attn_dim, bias=False)  # W
+        self.key_proj = nn.Linear(key_dim, attn_dim)  # U (its bias is the scorer's bias)
+        self.score = nn.Linear(attn_dim, 1, bias=False)  # v
+        self.recorder: Optional[list] = None  # set by record_attention()
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        """(B, S, key_dim) annotations -> (B, S, A) U h_j."""
+        return self.key_proj(keys)
+
+    def forward(self, query: torch.Tensor, projected_keys: torch.Tensor, values: torch.Tensor,
+                mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decoder step.
+
+        Args:
+            query: (B, query_dim).
+            projected_keys: (B, S, A) from `project_keys`.
+            values: (B, S, Dv) what the context averages (the annotations themselves).
+            mask: (B, S) boolean, True on real source positions.
+
+        Returns:
+            (B, Dv) context vector and (B, S) weights (zero on padding, summing to one).
+        """
+        hidden = torch.tanh(projected_keys + self.query_proj(query)[:, None])  # (B, S, A)
+        energies = self.score(hidden).squeeze(-1)  # (B, S)
+        energies = energies.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(energies.float(), dim=-1).to(values.dtype)  # (B, S)
+        context = torch.bmm(weights[:, None], values).squeeze(1)  # (B, Dv)
+        if self.recorder is not None:
+            self.recorder.append(weights.detach()[:, None])  # (B, 1, S): one target step
+        return context, weights
+
+
+@contextmanager
+def record_attention(model: nn.Module) -> Iterator[dict[str, list[torch.Tensor]]]:
+    """Collect attention weights while the block runs: {module name: [weights per call]}.
+
+    MultiHeadAttention calls add (B, H, T, S) tensors (they switch to the explicit path), and
+    AdditiveAttention calls add (B, 1, S), one per decoder step.
+    """
+    modules = {name: m for name, m in model.named_modules()
+               if isinstance(m, (MultiHeadAttention, AdditiveAttention))}
+    maps: dict[str, list[torch.Tensor]] = {name: [] for name in modules}
+    for name, m in modules.items():
+        m.recorder = maps[name]
+    try:
+        yield maps
+    finally:
+        for m in modules.values():
+            m.recorder = None

@@ -38,8 +38,16 @@ class DecoderState:
     offset: int = 0  # target positions already decoded
 
     def index_select(self, index: torch.Tensor) -> "DecoderState":
-        pick = lambda caches: [{k: v.index_select(0, index) for k, v in c.items()} for c in caches]
-        return DecoderState(pick(self.self_attn), pick(self.cross_attn), self.offset)
+        return DecoderState(_pick(self.self_attn, index), _pick(self.cross_attn, index), self.offset)
+
+    def reorder_beams(self, index: torch.Tensor) -> "DecoderState":
+        """`index_select` where every row stays within its sentence's beams: the memory's K/V are
+        the same for all beams of a sentence, so only the self-attention cache moves."""
+        return DecoderState(_pick(self.self_attn, index), self.cross_attn, self.offset)
+
+
+def _pick(caches: list[dict], index: torch.Tensor) -> list[dict]:
+    return [{k: v.index_select(0, index) for k, v in c.items()} for c in caches]
 
 
 def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:

@@ -1,0 +1,403 @@
+"""Decoding speed in sentences/s: ours, Hugging Face `generate` and CTranslate2 decoding the same
+trained model, each with its BLEU so that speed is compared at equal quality.
+
+    python benchmarks/decode.py CHECKPOINT --data ../shared/data/multi30k --split test_2016_flickr \
+        --rounds 3 --json benchmarks/results/decode.json
+    python benchmarks/decode.py CHECKPOINT --limit 50 --rounds 1    # a quick end-to-end check
+
+Timed: the whole split, text in and text out (SentencePiece included), batches of 32 sentences
+sorted by length, greedy and beam 5, on `--threads` CPU threads. Systems take turns round by round
+so machine noise hits them alike; the figure is the median over rounds.
+
+  ours         `translate_sentences` in fp32, in bf16 autocast, and with int8 dynamic quantization.
+  hf m2m100    `M2M100ForConditionalGeneration.generate` holding our weights. MarianMT is post-norm
+               and cannot hold our pre-norm model; M2M100 is pre-norm with final LayerNorms and
+               sqrt(D)-scaled embeddings, and we overwrite its sinusoidal table with ours at the
+               rows it reads (pad + 1 + position), so the conversion is exact.
+  ct2          `ctranslate2.Translator.translate_batch` on a TransformerSpec holding our weights
+               and position table; float32, and int8 (quantized when loaded).
+Before timing, HF logits and CT2 `score_batch` log-probs are checked against ours (teacher
+forced), and greedy outputs on `--check` sentences.
+
+What the peers cannot match exactly:
+  - Length penalty: ours is GNMT's logprob / ((5 + len) / 6) ** 0.6; HF and CT2 only offer
+    logprob / len ** alpha. Both get alpha = 0.6; the BLEU columns show what that changes.
+  - Length limit: ours is 1.5 * |src| + 10 tokens per sentence (|src| with EOS, capped at the
+    model's positions); HF and CT2 take one limit per batch, that of its longest source.
+  - int8: our attention slices the fused qkv_proj weight (`F.linear(x, w[:D])`), which a
+    dynamically quantized Linear lacks, so those layers stay fp32 (the others are int8).
+
+`transformers` and `ctranslate2` are not project dependencies: a peer not installed is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from translate.checkpoint import Loaded, load_checkpoint
+from translate.config import DecodeConfig
+from translate.data import load_split, pad
+from translate.evaluation import length_batches, score, translate_sentences
+from translate.models.transformer import Embedding, Transformer
+from translate.tokenizer import BOS, EOS, PAD, Tokenizer
+
+LENPEN, BATCH, MODES = 0.6, 32, {"greedy": 1, "beam5": 5}
+Translate = Callable[[Sequence[str], int], list[str]]  # (sentences, beam) -> translations
+
+
+def position_table(embed: Embedding) -> torch.Tensor:
+    """(max_positions, D) what the embedding adds at each position."""
+    return embed.positions.weight if embed.positions is not None else embed.table
+
+
+def qkv(attn: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """An attention module's (3D, D) Q/K/V weight and (3D,) bias, Q first."""
+    if attn.fused_qkv:
+        w, b = attn.qkv_proj.weight, attn.qkv_proj.bias
+    else:
+        parts = [attn.q_proj, attn.k_proj, attn.v_proj]
+        w = torch.cat([p.weight for p in parts])
+        b = None if parts[0].bias is None else torch.cat([p.bias for p in parts])
+    return w, torch.zeros(w.size(0)) if b is None else b
+
+
+def check_convertible(model: nn.Module) -> None:
+    if not isinstance(model, Transformer):
+        raise TypeError(f"only the Transformer converts to the peers, not {type(model).__name__}")
+    if model.src_embed.tokens is not model.tgt_embed.tokens or not model.cfg.tie_embeddings:
+        raise ValueError("the peers need one vocabulary with tied embeddings "
+                         "(a joint tokenizer and tie_embeddings)")
+
+
+@torch.no_grad()
+def to_m2m100(model: Transformer) -> nn.Module:
+    """An HF M2M100ForConditionalGeneration that computes what `model` computes."""
+    from transformers import M2M100Config, M2M100ForConditionalGeneration
+
+    check_convertible(model)
+    c, D = model.cfg, model.cfg.d_model
+    hf = M2M100ForConditionalGeneration(M2M100Config(
+        vocab_size=model.output.out_features, d_model=D, encoder_layers=c.encoder_layers,
+        decoder_layers=c.decoder_layers, encoder_attention_heads=c.heads,
+        decoder_attention_heads=c.heads, encoder_ffn_dim=c.ffn_dim, decoder_ffn_dim=c.ffn_dim,
+        activation_function=c.activation, dropout=0.0, attention_dropout=0.0,
+        activation_dropout=0.0, encoder_layerdrop=0.0, decoder_layerdrop=0.0,
+        max_position_embeddings=c.max_positions, scale_embedding=True, pad_token_id=PAD,
+        bos_token_id=BOS, eos_token_id=EOS, decoder_start_token_id=BOS,
+        tie_word_embeddings=True)).eval()
+    state = {"model.shared.weight": model.tgt_embed.tokens.weight}
+    wb = lambda m: (m.weight, m.bias)
+
+    def put(prefix: str, **params: tuple[torch.Tensor, torch.Tensor]) -> None:
+        for name, (w, b) in params.items():
+            state[f"{prefix}.{name}.weight"], state[f"{prefix}.{name}.bias"] = w, b
+
+    def put_attn(prefix: str, attn: nn.Module) -> None:
+        w, b = qkv(attn)  # M2M100 has separate q/k/v projections
+        put(prefix, q_proj=(w[:D], b[:D]), k_proj=(w[D:2 * D], b[D:2 * D]),
+            v_proj=(w[2 * D:], b[2 * D:]), out_proj=wb(attn.out_proj))
+
+    for i, layer in enumerate(model.encoder_layers):
+        p = f"model.encoder.layers.{i}"
+        put_attn(f"{p}.self_attn", layer.self_attn)
+        put(p, self_attn_layer_norm=wb(layer.norm1), final_layer_norm=wb(layer.norm2),
+            fc1=wb(layer.ffn.fc1), fc2=wb(layer.ffn.fc2))
+    for i, layer in enumerate(model.decoder_layers):
+        p = f"model.decoder.layers.{i}"
+        put_attn(f"{p}.self_attn", layer.self_attn)
+        put_attn(f"{p}.encoder_attn", layer.cross_attn)
+        put(p, self_attn_layer_norm=wb(layer.norm1), encoder_attn_layer_norm=wb(layer.norm2),
+            final_layer_norm=wb(layer.norm3), fc1=wb(layer.ffn.fc1), fc2=wb(layer.ffn.fc2))
+    put("model.encoder", layer_norm=wb(model.encoder_norm))
+    put("model.decoder", layer_norm=wb(model.decoder_norm))
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    tied = {"lm_head.weight", "model.encoder.embed_tokens.weight",
+            "model.decoder.embed_tokens.weight"}  # all three are model.shared
+    if set(missing) - tied or unexpected:
+        raise RuntimeError(f"M2M100 conversion: missing {missing}, unexpected {unexpected}")
+    # M2M100 gives the real token at position p (from 0) position id pad + 1 + p, padding pad
+    for side, embed in [("encoder", model.src_embed), ("decoder", model.tgt_embed)]:
+        weights = getattr(hf.model, side).embed_positions.weights  # (max_positions + 2, D)
+        table = position_table(embed)[: weights.size(0) - PAD - 1]
+        weights.zero_()
+        weights[PAD + 1: PAD + 1 + table.size(0)] = table
+    return hf
+
+
+@torch.no_grad()
+def to_ctranslate2(model: Transformer, vocabulary: list[str], out_dir: Path) -> Path:
+    """Save `model` with its (joint) vocabulary of piece strings as a float32 CTranslate2 model."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    check_convertible(model)
+    D = model.cfg.d_model
+    act = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
+    spec = transformer_spec.TransformerSpec.from_config(
+        (model.cfg.encoder_layers, model.cfg.decoder_layers), model.cfg.heads, pre_norm=True,
+        activation=act[model.cfg.activation], with_relative_position=False)
+    spec.config.layer_norm_epsilon = model.encoder_norm.eps  # CT2's default differs
+    array = lambda t: t.detach().float().contiguous().numpy()
+
+    def linear(s, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        s.weight = array(weight)
+        if bias is not None:
+            s.bias = array(bias)
+
+    def norm(s, ln: nn.LayerNorm) -> None:
+        s.gamma, s.beta = array(ln.weight), array(ln.bias)
+
+    def attn(s, module: nn.Module, ln: nn.LayerNorm, cross: bool) -> None:
+        w, b = qkv(module)
+        if cross:  # Q from the target; K and V, fused, from the memory
+            linear(s.linear[0], w[:D], b[:D])
+            linear(s.linear[1], w[D:], b[D:])
+        else:
+            linear(s.linear[0], w, b)
+        linear(s.linear[-1], module.out_proj.weight, module.out_proj.bias)
+        norm(s.layer_norm, ln)
+
+    def ffn(s, module: nn.Module, ln: nn.LayerNorm) -> None:
+        linear(s.linear_0, module.fc1.weight, module.fc1.bias)
+        linear(s.linear_1, module.fc2.weight, module.fc2.bias)
+        norm(s.layer_norm, ln)
+
+    enc, dec = spec.encoder, spec.decoder
+    enc.embeddings[0].weight = array(model.src_embed.tokens.weight)
+    dec.embeddings.weight = array(model.tgt_embed.tokens.weight)
+    enc.position_encodings.encodings = array(position_table(model.src_embed))
+    dec.position_encodings.encodings = array(position_table(model.tgt_embed))
+    enc.scale_embeddings = dec.scale_embeddings = True  # by sqrt(D)
+    for s, layer in zip(enc.layer, model.encoder_layers):
+        attn(s.self_attention, layer.self_attn, layer.norm1, cross=False)
+        ffn(s.ffn, layer.ffn, layer.norm2)
+    for s, layer in zip(dec.layer, model.decoder_layers):
+        attn(s.self_attention, layer.self_attn, layer.norm1, cross=False)
+        attn(s.attention, layer.cross_attn, layer.norm2, cross=True)
+        ffn(s.ffn, layer.ffn, layer.norm3)
+    norm(enc.layer_norm, model.encoder_norm)
+    norm(dec.layer_norm, model.decoder_norm)
+    linear(dec.projection, model.output.weight)
+    spec.register_source_vocabulary(vocabulary)
+    spec.register_target_vocabulary(vocabulary)
+    spec.validate()
+    spec.optimize(quantization="float32")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec.save(str(out_dir))
+    return out_dir
+
+
+class Peer:
+    """Text in, text out like ours: encode, batch by length, decode each batch, detokenize."""
+
+    def __init__(self, tokenizer: Tokenizer, cfg: DecodeConfig, max_positions: int):
+        self.tokenizer, self.cfg, self.max_positions = tokenizer, cfg, max_positions
+
+    def __call__(self, sentences: Sequence[str], beam: int) -> list[str]:
+        encoded = self.tokenizer.encode_src(sentences)  # pieces + EOS
+        out: list[list[int]] = [[] for _ in sentences]
+        for idx in length_batches([len(s) for s in encoded], self.cfg.max_tokens, BATCH):
+            batch = [encoded[i] for i in idx]
+            limit = int(self.cfg.max_len_a * max(map(len, batch)) + self.cfg.max_len_b)
+            max_new = min(limit, self.max_positions - 1) + (beam > 1)  # EOS included
+            for i, ids in zip(idx, self.decode(batch, beam, max_new)):
+                out[i] = ids
+        return self.tokenizer.decode_tgt(out)
+
+    def decode(self, batch: list[list[int]], beam: int, max_new: int) -> list[list[int]]:
+        """Source ids (EOS included) -> output ids (EOS excluded), at most max_new with EOS."""
+        raise NotImplementedError
+
+
+class HF(Peer):
+    def __init__(self, hf: nn.Module, *args):
+        super().__init__(*args)
+        self.hf = hf
+
+    @torch.no_grad()
+    def decode(self, batch: list[list[int]], beam: int, max_new: int) -> list[list[int]]:
+        src = pad([torch.tensor(s) for s in batch])  # (B, S)
+        # beam options only for beam search: greedy warns that they are unused
+        search = {"num_beams": beam, "length_penalty": LENPEN, "early_stopping": True}
+        out = self.hf.generate(input_ids=src, attention_mask=src != PAD, do_sample=False,
+                               max_new_tokens=max_new, suppress_tokens=[PAD, BOS],
+                               **(search if beam > 1 else {}))
+        rows = [row[1:] for row in out.tolist()]  # drop the decoder start token
+        return [row[: row.index(EOS)] if EOS in row else [t for t in row if t != PAD]
+                for row in rows]
+
+
+class CT2(Peer):
+    def __init__(self, model_dir: Path, vocabulary: list[str], compute_type: str, threads: int,
+                 *args):
+        import ctranslate2
+
+        super().__init__(*args)
+        self.translator = ctranslate2.Translator(str(model_dir), "cpu", compute_type=compute_type,
+                                                 intra_threads=threads)
+        self.vocabulary, self.ids = vocabulary, {p: i for i, p in enumerate(vocabulary)}
+
+    def decode(self, batch: list[list[int]], beam: int, max_new: int) -> list[list[int]]:
+        found = self.translator.translate_batch(
+            [[self.vocabulary[i] for i in s] for s in batch], beam_size=beam,
+            max_batch_size=BATCH, length_penalty=LENPEN, max_decoding_length=max_new,
+            suppress_sequences=[[self.vocabulary[PAD]], [self.vocabulary[BOS]]])
+        return [[self.ids[p] for p in r.hypotheses[0]] for r in found]
+
+
+@torch.no_grad()
+def check_peers(model: Transformer, tokenizer: Tokenizer, systems: dict[str, Translate],
+                src: list[str], ref: list[str], n: int) -> dict:
+    """Teacher-forced logits / log-probs and greedy outputs of the peers against ours."""
+    report: dict = {}
+    ids, tgt = tokenizer.encode_src(src[:8]), tokenizer.encode_tgt(ref[:8])  # pieces + EOS
+    x, y = pad([torch.tensor(s) for s in ids]), pad([torch.tensor([BOS] + t) for t in tgt])
+    logits = model(x, y[:, :-1])  # (B, T, V)
+    real = y[:, 1:] != PAD  # (B, T)
+    if isinstance(hf := systems.get("hf m2m100"), HF):
+        theirs = hf.hf(input_ids=x, attention_mask=x != PAD, decoder_input_ids=y[:, :-1]).logits
+        report["hf max |logit diff|"] = float((theirs - logits)[real].abs().max())
+    if isinstance(ct2 := systems.get("ct2 float32"), CT2):
+        scored = ct2.translator.score_batch([[ct2.vocabulary[i] for i in s] for s in ids],
+                                            [[ct2.vocabulary[i] for i in t[:-1]] for t in tgt])
+        gold = F.log_softmax(logits, -1).gather(-1, y[:, 1:, None]).squeeze(-1)  # (B, T)
+        report["ct2 max |logprob diff|"] = max(abs(lp - float(gold[b, t]))
+                                               for b, r in enumerate(scored)
+                                               for t, lp in enumerate(r.log_probs))
+    reference = systems["ours fp32"](src[:n], 1)
+    for name in ("hf m2m100", "ct2 float32"):
+        if name in systems:
+            same = sum(a == b for a, b in zip(reference, systems[name](src[:n], 1)))
+            report[f"{name} greedy identical"] = f"{same}/{n}"
+    for k, v in report.items():
+        print(f"check: {k}: {v:.2e}" if isinstance(v, float) else f"check: {k}: {v}")
+    return report
+
+
+def build_systems(loaded: Loaded, cfg: DecodeConfig, threads: int, ct2_dir: Path
+                  ) -> dict[str, Translate]:
+    model, tok = loaded.model, loaded.tokenizer
+
+    def ours(m: nn.Module, precision: str = "fp32") -> Translate:
+        return lambda s, beam: translate_sentences(m, tok, s, replace(cfg, beam=beam), "cpu",
+                                                   precision)
+
+    int8 = {n for n, m in model.named_modules() if isinstance(m, nn.Linear) and "qkv" not in n}
+    with warnings.catch_warnings():  # torch.ao.quantization is deprecated in favour of torchao
+        warnings.simplefilter("ignore")
+        quantized = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), int8, torch.qint8)
+    systems = {"ours fp32": ours(model), "ours bf16": ours(model, "bf16"),
+               "ours int8": ours(quantized)}
+    peer_args = (tok, cfg, model.cfg.max_positions)
+    try:
+        systems["hf m2m100"] = HF(to_m2m100(model), *peer_args)
+    except ImportError:
+        print("transformers is not installed: measuring without the Hugging Face peer")
+    try:
+        vocabulary = [tok.tgt.id_to_piece(i) for i in range(tok.tgt_vocab_size)]
+        to_ctranslate2(model, vocabulary, ct2_dir)
+        for ct in ("float32", "int8"):
+            systems[f"ct2 {ct}"] = CT2(ct2_dir, vocabulary, ct, threads, *peer_args)
+    except ImportError:
+        print("ctranslate2 is not installed: measuring without the CTranslate2 peer")
+    return systems
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def time_rounds(systems: dict[str, Translate], src: list[str], rounds: int
+                ) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
+    """Seconds per round and first-round outputs, keyed "system mode"; systems take turns."""
+    for system in systems.values():  # warm-up: allocator, oneDNN kernels, CT2 caches
+        for beam in MODES.values():
+            system(src[:BATCH], beam)
+    seconds: dict[str, list[float]] = {f"{n} {m}": [] for n in systems for m in MODES}
+    outputs: dict[str, list[str]] = {}
+    for r in range(rounds):
+        for name, system in systems.items():
+            for mode, beam in MODES.items():
+                t0 = time.perf_counter()
+                out = system(src, beam)
+                seconds[f"{name} {mode}"].append(time.perf_counter() - t0)
+                outputs.setdefault(f"{name} {mode}", out)
+        print(f"round {r + 1}: " + ", ".join(f"{k} {len(src) / v[-1]:.1f}"
+                                             for k, v in seconds.items()))
+    return seconds, outputs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("checkpoint", type=Path)
+    ap.add_argument("--data", default="../shared/data/multi30k")
+    ap.add_argument("--split", default="test_2016_flickr")
+    ap.add_argument("--limit", type=int, default=0, help="first N sentences only (0: all)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--check", type=int, default=30, help="sentences for the greedy equality check")
+    ap.add_argument("--json", type=Path, default=Path("benchmarks/results/decode.json"))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    loaded = load_checkpoint(args.checkpoint)
+    src, ref = load_split(replace(loaded.recipe.data, dataset=args.data), args.split)
+    if args.limit:
+        src, ref = src[: args.limit], ref[: args.limit]
+    cfg = DecodeConfig(lenpen=LENPEN, batch_size=BATCH, max_tokens=10 ** 9)
+    with tempfile.TemporaryDirectory() as tmp:
+        systems = build_systems(loaded, cfg, args.threads, Path(tmp) / "ct2")
+        checks = check_peers(loaded.model, loaded.tokenizer, systems, src, ref,
+                             min(args.check, len(src)))
+        seconds, outputs = time_rounds(systems, src, args.rounds)
+
+    rate = {k: len(src) / statistics.median(v) for k, v in seconds.items()}
+    bleu = {k: score(out, ref).bleu for k, out in outputs.items()}
+    machine = {"platform": platform.platform(), "cpu": cpu_name(), "cores": os.cpu_count(),
+               "python": platform.python_version(), "torch": torch.__version__,
+               "torch_threads": torch.get_num_threads(), "ct2_intra_threads": args.threads}
+    machine.update({m: sys.modules[m].__version__ for m in ("transformers", "ctranslate2")
+                    if m in sys.modules})
+    result = {"command": " ".join(sys.argv), "split": args.split, "sentences": len(src),
+              "batch_sentences": BATCH, "lenpen": LENPEN, "rounds": args.rounds,
+              "machine": machine, "checks": checks, "systems": {}, "ratios": {}}
+    print(f"\n{'system':12s} {'greedy sent/s':>14s} {'beam5 sent/s':>13s} "
+          f"{'BLEU greedy':>12s} {'BLEU beam5':>11s}")
+    for name in systems:
+        result["systems"][name] = {key: value for m in MODES for key, value in [
+            (f"{m}_sent_per_s", rate[f"{name} {m}"]), (f"bleu_{m}", bleu[f"{name} {m}"]),
+            (f"{m}_round_seconds", seconds[f"{name} {m}"])]}
+        print(f"{name:12s} {rate[f'{name} greedy']:14.1f} {rate[f'{name} beam5']:13.1f} "
+              f"{bleu[f'{name} greedy']:12.2f} {bleu[f'{name} beam5']:11.2f}")
+    print()
+    for peer in ("hf m2m100", "ct2 float32"):
+        for mode in MODES if peer in systems else ():
+            ratio = rate[f"ours fp32 {mode}"] / rate[f"{peer} {mode}"]
+            result["ratios"][f"ours fp32 / {peer} {mode}"] = ratio
+            print(f"ours fp32 / {peer} {mode}: {ratio:.2f}x the sentences/s")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2))
+    print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+import json
+
+import pytest
+import torch
+
+from translate.checkpoint import load_checkpoint
+from translate.config import RNNConfig
+from translate.evaluation import translate_sentences
+from translate.models import build_model
+from translate.models.attention import AdditiveAttention, record_attention
+from translate.search import greedy_search
+from translate.tokenizer import PAD
+
+V = 50
+
+
+def make_model(cell: str = "gru") -> torch.nn.Module:
+    torch.manual_seed(0)
+    cfg = RNNConfig(cell=cell, embed_dim=32, encoder_hidden=24, decoder_hidden=40, attn_dim=16,
+                    dropout=0.0)
+    return build_model(cfg, V, V, shared_vocab=True).eval()
+
+
+def batch(B=3, S=7, T=6, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, V, (B, S), generator=g)
+    src[0, 4:] = PAD  # a shorter sentence in the batch
+    return src, torch.randint(4, V, (B, T), generator=g)
+
+
+def test_additive_attention_weights_sum_to_one_and_skip_padding():
+    torch.manual_seed(0)
+    attn = AdditiveAttention(query_dim=8, key_dim=6, attn_dim=5)
+    keys = torch.randn(2, 4, 6)
+    mask = torch.tensor([[True, True, False, False], [True, True, True, True]])
+    context, weights = attn(torch.randn(2, 8), attn.project_keys(keys), keys, mask)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2))
+    assert torch.all(weights[0, 2:] == 0) and torch.all(weights[0, :2] > 0)
+    torch.testing.assert_close(context, torch.einsum("bs,bsd->bd", weights, keys))
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_incremental_decoding_equals_full_recomputation(cell):
+    model = make_model(cell)
+    src, tgt = batch()
+    full = model(src, tgt)
+    memory = model.encode(src)
+    state, steps = model.init_state(memory), []
+    for t in range(tgt.size(1)):
+        logits, state = model.decode(tgt[:, t: t + 1], memory, state)
+        steps.append(logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+    assert greedy_search(model, src, 12) == greedy_search(model, src, 12, use_cache=False)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_source_padding_changes_nothing(cell):
+    model = make_model(cell)
+    src, tgt = batch()
+    padded = torch.cat([src, torch.full((3, 5), PAD)], dim=1)
+    torch.testing.assert_close(model(padded, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)
+
+
+def test_recorded_alignment_covers_real_source_only():
+    model = make_model()
+    src, tgt = batch()
+    with record_attention(model) as maps:
+        model(src, tgt)
+    alignment = torch.cat(maps["attention"], dim=1)  # (B, T, S)
+    assert alignment.shape == (3, 6, 7)
+    torch.testing.assert_close(alignment.sum(-1), torch.ones(3, 6))
+    assert torch.all(alignment[0, :, 4:] == 0)
+    assert model.attention.recorder is None  # recording stops with the block
+
+
+def test_tied_embeddings_are_one_matrix():
+    model = make_model()
+    assert model.src_embed is model.tgt_embed
+    assert model.output.weight is model.tgt_embed.weight
+
+
+def test_tiny_rnn_learns_real_data_and_round_trips(trained_rnn_run, small_data):
+    records = [json.loads(line) for line in
+               (trained_rnn_run.run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    assert train[-1]["loss"] < 0.6 * train[0]["loss"]
+    valid = [r for r in records if r["kind"] == "valid"]
+    assert valid[-1]["dev_loss"] < valid[0]["dev_loss"]
+    test = next(r for r in records if r["kind"] == "test")
+    assert test["bleu"] > 1.0
+
+    loaded = load_checkpoint(trained_rnn_run.run_dir)
+    assert loaded.recipe.model.arch == "rnn"
+    hyps = (trained_rnn_run.run_dir / "test_2016_flickr.hyp.de").read_text().splitlines()
+    src = [json.loads(line)["en"] for line in (small_data / "test_2016_flickr.jsonl").open()]
+    again = translate_sentences(loaded.model, loaded.tokenizer, src[:20], loaded.recipe.decode)
+    assert again == hyps[:20]

@@ -1,0 +1,139 @@
+import json
+import math
+from dataclasses import dataclass, replace
+
+import pytest
+import torch
+
+from translate.config import DecodeConfig, RNNConfig, TransformerConfig
+from translate.evaluation import decode_sentences, translate_sentences
+from translate.models import build_model
+from translate.search import beam_search, greedy_search, length_penalty
+from translate.tokenizer import BOS, EOS
+
+A, B = 4, 5  # the toy model's two words
+
+
+@dataclass
+class Prefixes:
+    """The toy model's state: the tokens fed so far."""
+
+    tokens: torch.Tensor  # (N, t)
+
+    def index_select(self, index):
+        return Prefixes(self.tokens.index_select(0, index))
+
+    reorder_beams = index_select
+
+
+class ToyModel(torch.nn.Module):
+    """Next-token probabilities fixed by the last token: greedy takes A, the best sequence is B.
+
+        after BOS: A 0.6, B 0.4     after A: EOS 0.34, A 0.33, B 0.33     after B: EOS 0.9, A 0.1
+    So p(A EOS) = 0.204 and p(B EOS) = 0.36: greedy misses the most probable output.
+    """
+
+    table = {BOS: {A: 0.6, B: 0.4}, A: {EOS: 0.34, A: 0.33, B: 0.33}, B: {EOS: 0.9, A: 0.1}}
+
+    def __init__(self, vocab: int = 6):
+        super().__init__()
+        self.vocab = vocab
+
+    def encode(self, src):
+        return Prefixes(src)  # anything with index_select
+
+    def init_state(self, memory):
+        return Prefixes(torch.zeros(memory.tokens.size(0), 0, dtype=torch.long))
+
+    def decode(self, tgt_in, memory, state=None):
+        state = state or self.init_state(memory)
+        tokens = torch.cat([state.tokens, tgt_in], dim=1)
+        logits = torch.full((*tgt_in.shape, self.vocab), -1e4)
+        for n in range(tgt_in.size(0)):
+            for t in range(tgt_in.size(1)):
+                for token, p in self.table.get(int(tgt_in[n, t]), {EOS: 1.0}).items():
+                    logits[n, t, token] = math.log(p)
+        return logits, Prefixes(tokens)
+
+
+def test_beam_finds_the_best_sequence_that_greedy_misses():
+    model, src = ToyModel(), torch.tensor([[7, 3]])
+    assert greedy_search(model, src, 5) == [[A]]
+    best = beam_search(model, src, beam=2, max_len=5, lenpen=0.0, nbest=2)[0]
+    assert [h.tokens for h in best] == [[B], [A]]
+    assert best[0].logprob == pytest.approx(math.log(0.36))
+    assert best[1].logprob == pytest.approx(math.log(0.204))
+
+
+def test_length_penalty_changes_the_ranking_as_gnmt_defines():
+    assert length_penalty(1, 0.0) == 1.0
+    assert length_penalty(7, 1.0) == pytest.approx(2.0)
+    hyps = beam_search(ToyModel(), torch.tensor([[7, 3]]), beam=3, max_len=5, lenpen=1.0, nbest=3)[0]
+    for h in hyps:
+        assert h.score == pytest.approx(h.logprob / length_penalty(len(h.tokens) + 1, 1.0))
+
+
+def test_length_limit_forces_eos():
+    hyps = beam_search(ToyModel(), torch.tensor([[7, 3]]), beam=2, max_len=1, lenpen=0.0, nbest=2)[0]
+    assert all(len(h.tokens) <= 1 for h in hyps)
+
+
+def small_models():
+    torch.manual_seed(0)
+    transformer = build_model(TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2,
+                                                decoder_layers=2, dropout=0.0), 40, 40, True)
+    rnn = build_model(RNNConfig(embed_dim=32, encoder_hidden=24, decoder_hidden=40, attn_dim=16,
+                                dropout=0.0), 40, 40, True)
+    return [transformer.eval(), rnn.eval()]
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["transformer", "rnn"])
+def test_beam_one_equals_greedy_token_for_token(index):
+    model = small_models()[index]
+    src = torch.randint(4, 40, (6, 9), generator=torch.Generator().manual_seed(3))
+    src[2, 5:] = 0
+    limits = torch.tensor([3, 12, 7, 12, 1, 9])
+    greedy = greedy_search(model, src, limits)
+    beam = [hyps[0].tokens for hyps in beam_search(model, src, 1, limits)]
+    assert beam == greedy
+    assert all(len(g) <= n for g, n in zip(greedy, limits.tolist()))
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["transformer", "rnn"])
+def test_nbest_lists_are_sorted_and_distinct(index):
+    model = small_models()[index]
+    src = torch.randint(4, 40, (4, 6), generator=torch.Generator().manual_seed(5))
+    for hyps in beam_search(model, src, beam=5, max_len=8, nbest=5):
+        assert len(hyps) == 5
+        scores = [h.score for h in hyps]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in hyps}) == 5
+
+
+def test_beam_keeps_input_order_and_scores_at_least_greedy(trained_run, small_data):
+    from translate.checkpoint import load_checkpoint
+
+    loaded = load_checkpoint(trained_run.run_dir)
+    src = [json.loads(line)["en"] for line in (small_data / "test_2016_flickr.jsonl").open()][:40]
+    src[7] = ""
+    cfg = replace(loaded.recipe.decode, beam=4, lenpen=0.0)
+    forward = translate_sentences(loaded.model, loaded.tokenizer, src, cfg)
+    backward = translate_sentences(loaded.model, loaded.tokenizer, src[::-1], cfg)
+    assert forward == backward[::-1]
+    assert forward[7] == ""
+    # with no length penalty the beam finds more probable outputs than greedy
+    beam = decode_sentences(loaded.model, loaded.tokenizer, src, cfg, with_scores=True)
+    greedy = decode_sentences(loaded.model, loaded.tokenizer, src, replace(cfg, beam=1),
+                              with_scores=True)
+    assert sum(b[0].logprob for b in beam) > sum(g[0].logprob for g in greedy)
+    assert sum(b[0].logprob > g[0].logprob + 1e-4 for b, g in zip(beam, greedy)) > 0
+
+
+def test_overlong_line_is_truncated_with_a_warning(trained_run, caplog):
+    from translate.checkpoint import load_checkpoint
+
+    loaded = load_checkpoint(trained_run.run_dir)
+    cfg = DecodeConfig(beam=3)
+    out = translate_sentences(loaded.model, loaded.tokenizer, ["a dog " * 2000, "a dog ."], cfg)
+    assert len(out) == 2 and out[0]
+    assert "over the model's limit" in caplog.text
