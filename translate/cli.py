@@ -162,24 +162,12 @@ def _chunks(stream, name: str, size: int):
         yield lines
 
 
-def _read_input(path: str, read_lines) -> list[str]:
-    if path == "-":
-        data = sys.stdin.buffer.read()
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            line = data[: e.start].count(b"\n") + 1
-            raise DataError(f"stdin: line {line} is not valid UTF-8 ({e.reason})") from None
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        return [line.rstrip("\r") for line in lines]
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"input file not found: {p}")
-    if p.is_dir():
-        raise DataError(f"input is a folder, not a file: {p}")
-    return read_lines(p)
+def _read_input(path: str) -> list[str]:
+    """All lines of a file (or stdin for -), with the same checks as `decode`'s input."""
+    from translate.data import iter_lines
+
+    with _open_input(path) as stream:
+        return list(iter_lines(stream, "stdin" if path == "-" else path))
 
 
 @main.command()
@@ -199,14 +187,13 @@ def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_jso
     """Score a CHECKPOINT on named splits, or score --hyp against --ref."""
     from dataclasses import asdict
 
-    from translate.data import read_lines
     from translate.evaluation import score
 
     try:
         if hyp or ref:
             if not (hyp and ref) or checkpoint:
                 raise click.UsageError("give --hyp and --ref together, without a checkpoint")
-            hyps, refs = _read_input(hyp, read_lines), _read_input(ref, read_lines)
+            hyps, refs = _read_input(hyp), _read_input(ref)
             if len(hyps) != len(refs):
                 raise DataError(f"{hyp} has {len(hyps)} lines, {ref} has {len(refs)}")
             results = {Path(hyp).name: score(hyps, refs, lang or "de")}
