@@ -2,7 +2,8 @@ import pytest
 import torch
 from torch import nn
 
-from translate.models.attention import MultiHeadAttention, causal_mask, padding_mask
+from translate.models.attention import (AdditiveAttention, MultiHeadAttention, causal_mask,
+                                       padding_mask)
 
 torch.manual_seed(0)
 B, T, S, D, H = 3, 5, 7, 32, 4
@@ -87,3 +88,36 @@ def test_incremental_self_attention_equals_full():
 def test_heads_must_divide_width():
     with pytest.raises(ValueError, match=r"d_model \(30\) must be divisible by heads \(4\)"):
         MultiHeadAttention(30, 4)
+
+
+@pytest.mark.parametrize("T", [1, 3])
+def test_beams_sharing_a_memory_row_equal_a_copied_memory(T):
+    """Cross-attention with a memory row per sentence, queries in runs of `beam` rows per sentence,
+    gives what copying the memory once per beam gives: outputs and weights."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 4).eval()
+    beam, memory = 3, torch.randn(2, 5, 16)  # 2 sentences
+    mask = padding_mask(torch.tensor([[5, 6, 7, 0, 0], [5, 6, 7, 8, 9]]))  # (2, 1, 1, 5)
+    x = torch.randn(2 * beam, T, 16)
+    copied = torch.arange(2).repeat_interleave(beam)  # (6,) each row's sentence
+    out, weights = attn(x, context=memory, mask=mask, need_weights=True)
+    ref, ref_weights = attn(x, context=memory[copied], mask=mask[copied], need_weights=True)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(weights, ref_weights)
+    assert weights[:beam, :, :, 3:].abs().max() == 0  # the first sentence's padding
+    cached = attn(x, context=memory, mask=mask, cache={})[0]  # the fast path, no weights
+    torch.testing.assert_close(cached, ref)
+
+
+def test_additive_attention_beams_share_a_memory_row():
+    torch.manual_seed(0)
+    attn = AdditiveAttention(8, 6, 10)
+    beam, values = 4, torch.randn(2, 5, 6)
+    mask = torch.tensor([[True] * 3 + [False] * 2, [True] * 5])
+    query = torch.randn(2 * beam, 8)
+    copied = torch.arange(2).repeat_interleave(beam)
+    context, weights = attn(query, attn.project_keys(values), values, mask)
+    ref, ref_weights = attn(query, attn.project_keys(values[copied]), values[copied], mask[copied])
+    torch.testing.assert_close(context, ref)
+    torch.testing.assert_close(weights, ref_weights)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2 * beam))

@@ -8,7 +8,7 @@ import torch
 from translate.config import DecodeConfig, RNNConfig, TransformerConfig
 from translate.evaluation import decode_sentences, translate_sentences
 from translate.models import build_model
-from translate.search import beam_search, greedy_search, length_penalty
+from translate.search import beam_search, greedy_search, length_penalty, topk_rows
 from translate.tokenizer import BOS, EOS
 
 A, B = 4, 5  # the toy model's two words
@@ -24,6 +24,9 @@ class Prefixes:
         return Prefixes(self.tokens.index_select(0, index))
 
     reorder_beams = index_select
+
+    def select(self, rows, sentences):
+        return self.index_select(rows)
 
 
 class ToyModel(torch.nn.Module):
@@ -42,8 +45,8 @@ class ToyModel(torch.nn.Module):
     def encode(self, src):
         return Prefixes(src)  # anything with index_select
 
-    def init_state(self, memory):
-        return Prefixes(torch.zeros(memory.tokens.size(0), 0, dtype=torch.long))
+    def init_state(self, memory, beam=1):
+        return Prefixes(torch.zeros(memory.tokens.size(0) * beam, 0, dtype=torch.long))
 
     def decode(self, tgt_in, memory, state=None):
         state = state or self.init_state(memory)
@@ -76,6 +79,9 @@ def test_length_penalty_changes_the_ranking_as_gnmt_defines():
 def test_length_limit_forces_eos():
     hyps = beam_search(ToyModel(), torch.tensor([[7, 3]]), beam=2, max_len=1, lenpen=0.0, nbest=2)[0]
     assert all(len(h.tokens) <= 1 for h in hyps)
+    # the forced EOS keeps its probability under the full distribution
+    assert {tuple(h.tokens): round(h.logprob, 5) for h in hyps} == {
+        (B,): round(math.log(0.4 * 0.9), 5), (A,): round(math.log(0.6 * 0.34), 5)}
 
 
 def small_models():
@@ -137,3 +143,17 @@ def test_overlong_line_is_truncated_with_a_warning(trained_run, caplog):
     out = translate_sentences(loaded.model, loaded.tokenizer, ["a dog " * 2000, "a dog ."], cfg)
     assert len(out) == 2 and out[0]
     assert "over the model's limit" in caplog.text
+
+
+@pytest.mark.parametrize("shape,k", [((7, 8000), 10), ((3, 1000), 4), ((5, 997), 3), ((2, 6), 6)])
+def test_topk_rows_equals_topk(shape, k):
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    x[0, :50] = 9.0  # ties
+    x[-1] = float("-inf")  # a row with one finite value, as at a length limit
+    x[-1, 3] = 0.0
+    values, indices = topk_rows(x, k)
+    ref_values, _ = x.topk(k, dim=-1)
+    torch.testing.assert_close(values, ref_values)
+    torch.testing.assert_close(x.gather(1, indices), values)  # the indices point at the values
+    assert all(len(set(row)) == k for row in indices.tolist())  # distinct columns

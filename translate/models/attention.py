@@ -88,7 +88,9 @@ class MultiHeadAttention(nn.Module):
 
         Args:
             x: (B, T, D) queries' input.
-            context: (B, S, D) keys' and values' input; None for self-attention.
+            context: (Bc, S, D) keys' and values' input; None for self-attention. Bc may divide B:
+                then each run of B / Bc consecutive query rows (a sentence's beams) attends to one
+                context row, which is neither copied nor projected more than once.
             mask: boolean, True = may attend, broadcastable to (B, H, T, S).
             causal: position t sees positions <= t only (decoder self-attention).
             cache: a dict for incremental decoding. Self-attention appends this step's K, V to
@@ -100,7 +102,10 @@ class MultiHeadAttention(nn.Module):
         """
         B, T, _ = x.shape
         need_weights = need_weights or self.recorder is not None
-        q, k, v = self._project(x, context, cache)  # (B, H, T, Dh), (B, H, S, Dh) x 2
+        q, k, v = self._project(x, context, cache)  # (B, H, T, Dh), (Bc, H, S, Dh) x 2
+        groups = B // k.size(0)  # query rows per context row: a sentence's beams share its memory
+        if groups > 1:  # fold them into one query sequence: (Bc, H, G * T, Dh)
+            q = q.unflatten(0, (-1, groups)).transpose(1, 2).flatten(2, 3)
         if causal and T == 1:
             causal = False  # one new query may see every key so far
         elif causal and (mask is not None or need_weights or k.size(2) != T):
@@ -112,6 +117,10 @@ class MultiHeadAttention(nn.Module):
         else:
             out = sdpa(q, k, v, mask, self.dropout if self.training else 0.0, causal)
             weights = None
+        if groups > 1:  # back to one row per query: (B, H, T, ...)
+            out = out.unflatten(2, (groups, T)).transpose(1, 2).flatten(0, 1)
+            if weights is not None:
+                weights = weights.unflatten(2, (groups, T)).transpose(1, 2).flatten(0, 1)
         if self.recorder is not None:
             self.recorder.append(weights.detach())
         out = out.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, D)
@@ -142,8 +151,8 @@ class MultiHeadAttention(nn.Module):
             k, v = self._split_heads(k), self._split_heads(v)  # (B, H, S, Dh)
         if cache is not None:
             if context is not None:  # cross-attention: the memory's K, V never change
-                if "k" not in cache:
-                    cache["k"], cache["v"] = k, v
+                if "k" not in cache:  # contiguous, so that no step copies them again
+                    cache["k"], cache["v"] = k.contiguous(), v.contiguous()
                 k, v = cache["k"], cache["v"]
             else:
                 if "k" in cache:
@@ -193,19 +202,23 @@ class AdditiveAttention(nn.Module):
         """One decoder step.
 
         Args:
-            query: (B, query_dim).
-            projected_keys: (B, S, A) from `project_keys`.
-            values: (B, S, Dv) what the context averages (the annotations themselves).
-            mask: (B, S) boolean, True on real source positions.
+            query: (B, query_dim); B may be a multiple of Bc, as in MultiHeadAttention: each run
+                of B / Bc rows (a sentence's beams) attends to one row of the keys.
+            projected_keys: (Bc, S, A) from `project_keys`.
+            values: (Bc, S, Dv) what the context averages (the annotations themselves).
+            mask: (Bc, S) boolean, True on real source positions.
 
         Returns:
             (B, Dv) context vector and (B, S) weights (zero on padding, summing to one).
         """
-        hidden = torch.tanh(projected_keys + self.query_proj(query)[:, None])  # (B, S, A)
-        energies = self.score(hidden).squeeze(-1)  # (B, S)
-        energies = energies.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(energies.float(), dim=-1).to(values.dtype)  # (B, S)
-        context = torch.bmm(weights[:, None], values).squeeze(1)  # (B, Dv)
+        Bc, S, A = projected_keys.shape
+        query = self.query_proj(query).view(Bc, -1, 1, A)  # (Bc, G, 1, A)
+        hidden = torch.tanh(projected_keys[:, None] + query)  # (Bc, G, S, A)
+        energies = self.score(hidden).squeeze(-1)  # (Bc, G, S)
+        energies = energies.masked_fill(~mask[:, None], float("-inf"))
+        weights = torch.softmax(energies.float(), dim=-1).to(values.dtype)  # (Bc, G, S)
+        context = torch.bmm(weights, values).flatten(0, 1)  # (B, Dv)
+        weights = weights.flatten(0, 1)  # (B, S)
         if self.recorder is not None:
             self.recorder.append(weights.detach()[:, None])  # (B, 1, S): one target step
         return context, weights

@@ -48,11 +48,14 @@ class RNNState:
     hidden: torch.Tensor  # (B, Hd) s_i
     cell: Optional[torch.Tensor] = None  # (B, Hd) LSTM memory cell; None for a GRU
 
-    def index_select(self, index: torch.Tensor) -> "RNNState":
-        cell = None if self.cell is None else self.cell.index_select(0, index)
-        return RNNState(self.hidden.index_select(0, index), cell)
+    def reorder_beams(self, rows: torch.Tensor) -> "RNNState":
+        """Each row continues the sequence of row `rows[i]`."""
+        cell = None if self.cell is None else self.cell.index_select(0, rows)
+        return RNNState(self.hidden.index_select(0, rows), cell)
 
-    reorder_beams = index_select  # all of the state belongs to the beam
+    def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> "RNNState":
+        """Keep the sequences `rows` (all of the state belongs to a sequence, none to a sentence)."""
+        return self.reorder_beams(rows)
 
 
 class RNNSeq2Seq(nn.Module):
@@ -101,16 +104,19 @@ class RNNSeq2Seq(nn.Module):
         init = torch.tanh(self.init_proj(backward_first))  # (B, Hd)
         return RNNMemory(states, self.attention.project_keys(states), src_mask, init)
 
-    def init_state(self, memory: RNNMemory) -> RNNState:
-        cell = torch.zeros_like(memory.init) if self.cfg.cell == "lstm" else None
-        return RNNState(memory.init, cell)
+    def init_state(self, memory: RNNMemory, beam: int = 1) -> RNNState:
+        """s_0 for `beam` sequences per sentence."""
+        init = memory.init.repeat_interleave(beam, dim=0) if beam > 1 else memory.init  # (B*beam, Hd)
+        cell = torch.zeros_like(init) if self.cfg.cell == "lstm" else None
+        return RNNState(init, cell)
 
     def decode(self, tgt_in: torch.Tensor, memory: RNNMemory, state: Optional[RNNState] = None
                ) -> tuple[torch.Tensor, RNNState]:
         """(B, T) target prefix -> (B, T, V) logits and the state after its last token.
 
         Without a state the decoder starts from s_0; with one it continues from there, so feeding
-        one token at a time gives the same logits as feeding the whole prefix.
+        one token at a time gives the same logits as feeding the whole prefix. The memory may
+        hold fewer rows than the prefix (B = Bm * beam): each run of `beam` rows reads one.
         """
         state = state or self.init_state(memory)
         hidden, cell = state.hidden, state.cell  # (B, Hd)

@@ -31,19 +31,24 @@ class Memory:
 
 @dataclass
 class DecoderState:
-    """Incremental-decoding cache: per layer, self-attention K/V so far and the memory's K/V."""
+    """Incremental-decoding cache: per layer, self-attention K/V so far and the memory's K/V.
+
+    Self-attention caches have a row per decoded sequence (B * beam); the memory's K/V a row per
+    sentence (B), shared by its beams.
+    """
 
     self_attn: list[dict] = field(default_factory=list)
     cross_attn: list[dict] = field(default_factory=list)
     offset: int = 0  # target positions already decoded
 
-    def index_select(self, index: torch.Tensor) -> "DecoderState":
-        return DecoderState(_pick(self.self_attn, index), _pick(self.cross_attn, index), self.offset)
+    def reorder_beams(self, rows: torch.Tensor) -> "DecoderState":
+        """Each row continues the sequence of row `rows[i]`, a beam of the same sentence."""
+        return DecoderState(_pick(self.self_attn, rows), self.cross_attn, self.offset)
 
-    def reorder_beams(self, index: torch.Tensor) -> "DecoderState":
-        """`index_select` where every row stays within its sentence's beams: the memory's K/V are
-        the same for all beams of a sentence, so only the self-attention cache moves."""
-        return DecoderState(_pick(self.self_attn, index), self.cross_attn, self.offset)
+    def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> "DecoderState":
+        """Keep the sequences `rows` of the sentences `sentences` (the others are done)."""
+        return DecoderState(_pick(self.self_attn, rows), _pick(self.cross_attn, sentences),
+                            self.offset)
 
 
 def _pick(caches: list[dict], index: torch.Tensor) -> list[dict]:
@@ -207,6 +212,9 @@ class Transformer(nn.Module):
                state: Optional[DecoderState] = None) -> tuple[torch.Tensor, Optional[DecoderState]]:
         """(B, T) target prefix -> (B, T, V) logits; with a state, only the new positions.
 
+        The memory may hold fewer rows than the prefix (B = Bm * beam): each run of `beam` rows
+        decodes against one memory row.
+
         For incremental decoding pass `init_state(memory)` on the first step and the returned
         state on every later step, feeding only the newest token(s).
         """
@@ -219,8 +227,9 @@ class Transformer(nn.Module):
             state.offset = offset + tgt_in.size(1)
         return self.output(self.decoder_norm(y)), state  # (B, T, V)
 
-    def init_state(self, memory: Memory) -> DecoderState:
-        """An empty cache: one self-attention and one cross-attention dict per decoder layer."""
+    def init_state(self, memory: Memory, beam: int = 1) -> DecoderState:
+        """An empty cache for `beam` sequences per sentence: one self-attention and one
+        cross-attention dict per decoder layer, filled by the first `decode`."""
         n = len(self.decoder_layers)
         return DecoderState([{} for _ in range(n)], [{} for _ in range(n)], 0)
 
