@@ -112,6 +112,8 @@ class TrainConfig:
     monitor_splits: tuple = ()
     patience: int = 0  # validations without dev-BLEU gain before stopping; 0: never
     keep_last: int = 2  # step checkpoints kept besides best.pt
+    save_every: int = 250  # steps between saves of last.pt, which `--resume` starts from; 0: off
+    max_bad_losses: int = 10  # batches with a NaN/inf loss skipped (with a warning) before stopping
     log_every: int = 50
     threads: int = 0  # torch CPU threads; 0: torch's default
     compile: bool = False  # torch.compile the model
@@ -166,15 +168,27 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple = (
         if not path.is_file():
             raise ConfigError(f"recipe not found: {path}")
         where = str(path)
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        raw = _read_yaml(path)
+        if not raw:
+            raise ConfigError(f"{path}: the recipe is empty")
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: a recipe is a mapping of sections, got {type(raw).__name__}")
     for item in overrides:
         _apply_override(raw, item)
     return recipe_from_dict(raw, where, base_dir=path.parent if path else Path.cwd())
+
+
+def _read_yaml(path: Path) -> Any:
+    """A YAML file's content via the safe loader (plain values only, never Python objects)."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise ConfigError(f"{path}: not valid YAML ({problem}{where})") from None
 
 
 def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = None,
@@ -196,7 +210,7 @@ def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = N
         sections[name] = _build(cls, values, f"{where}: {name}")
     model_raw = dict(_section(raw, "model", where))
     arch = model_raw.get("arch", "transformer")
-    if arch not in MODEL_CONFIGS:
+    if not isinstance(arch, str) or arch not in MODEL_CONFIGS:
         raise ConfigError(f"{where}: model.arch '{arch}' is unknown; valid: {sorted(MODEL_CONFIGS)}")
     sections["model"] = _build(MODEL_CONFIGS[arch], model_raw, f"{where}: model")
     return Recipe(**sections)
@@ -217,10 +231,7 @@ def _merge_spec(values: dict, where: str, base_dir: Path | None) -> dict:
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
         raise ConfigError(f"{where}: tokenizer spec not found: {spec}")
-    try:
-        spec_values = yaml.safe_load(found.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{found}: not valid YAML: {e}") from None
+    spec_values = _read_yaml(found) or {}
     if not isinstance(spec_values, dict):
         raise ConfigError(f"{found}: a tokenizer spec is a mapping")
     _build(TokenizerConfig, spec_values, str(found))  # validates the spec's own keys
@@ -291,6 +302,30 @@ def _apply_override(raw: dict, item: str) -> None:
             raise ConfigError(f"override '{item}': '{key}' is not a section")
         node = child
     node[keys[-1]] = value
+
+
+# Train keys that `translate train --resume` may change: when to stop, validate, save and log.
+# Everything else (model, data, tokenizer, optimisation) shapes the weights and stays as trained.
+RESUME_KEYS = ("max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
+               "patience", "keep_last", "save_every", "log_every", "threads", "max_bad_losses",
+               "monitor_splits")
+
+
+def load_run_recipe(run_dir: Path, overrides: list[str] | tuple = ()) -> Recipe:
+    """The recipe a run folder was trained with (recipe.yaml), with resume-safe overrides only."""
+    path = Path(run_dir) / "recipe.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a run folder: it has no recipe.yaml")
+    raw = _read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a recipe is a mapping of sections, got {type(raw).__name__}")
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key not in {f"train.{k}" for k in RESUME_KEYS}:
+            raise ConfigError(f"--set {key}: a resumed run keeps its recipe; only these train "
+                              f"keys may change: {', '.join(RESUME_KEYS)}")
+        _apply_override(raw, item)
+    return recipe_from_dict(raw, str(path), resolved=True)
 
 
 def save_recipe(recipe: Recipe, path: Path) -> None:
