@@ -6,9 +6,11 @@ A checkpoint holds only tensors and plain Python values, so it loads with
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import pickle
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,16 +49,19 @@ def save_checkpoint(path: Path, model: nn.Module, recipe: Recipe, tokenizer: Tok
         "step": step,
         **(extra or {}),
     }
+    # Serialized in memory first: torch's zip writer would hide a full disk's OSError.
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            torch.save(payload, f)
+            f.write(buffer.getbuffer())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except (OSError, RuntimeError) as e:  # torch's zip writer reports a full disk as RuntimeError
+    except OSError as e:
         kept = "is unchanged" if path.exists() else "was not written"
-        raise CheckpointError(f"could not write the checkpoint {path} ({first_line(e)}); "
+        raise CheckpointError(f"could not write the checkpoint {path} ({e.strerror}); "
                               f"the file {kept}") from None
     finally:
         if tmp.exists():
@@ -101,11 +106,11 @@ def read_checkpoint(path: str | Path) -> dict:
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        refused = [line.strip() for line in str(e).splitlines() if "Unsupported global" in line]
+        refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
         if isinstance(e, pickle.UnpicklingError) and refused:  # weights_only met a Python object
             raise CheckpointError(f"{path}: refused to load: it holds Python objects, not just "
-                                  f"tensors, and loading them could run code ({refused[0]})"
-                                  ) from None
+                                  f"tensors, and loading them could run code (it names "
+                                  f"{refused[1]})") from None
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: "
                               f"{first_line(e)})") from None
     if not isinstance(data, dict) or "model" not in data or "recipe" not in data:
