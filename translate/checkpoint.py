@@ -103,6 +103,8 @@ def read_checkpoint(path: str | Path) -> dict:
         if not best.is_file():
             raise CheckpointError(f"{path} is a folder without best.pt; name a checkpoint file")
         path = best
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"{path}: the file is empty (was its writing cut short?)")
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
@@ -146,9 +148,11 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
                         tokenizer.joint)
     try:
         model.load_state_dict(data["model"])
-    except RuntimeError as e:
-        raise CheckpointError(f"{path}: weights do not fit the recipe's model: "
-                              f"{first_line(e)}") from None
+    except RuntimeError as e:  # the first line only says "Error(s) in loading state_dict"
+        detail = (str(e).splitlines() + [""])[1].strip()
+        detail = detail if len(detail) <= 300 else detail[:300] + "..."
+        raise CheckpointError(f"{path}: weights do not fit the recipe's {recipe.model.arch} "
+                              f"model ({detail})") from None
     model.to(device).eval()
     return Loaded(model, recipe, tokenizer, int(data.get("step", 0)), data)
 

@@ -227,6 +227,8 @@ def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_jso
             if not (hyp and ref) or checkpoint:
                 raise click.UsageError("give --hyp and --ref together, without a checkpoint")
             hyps, refs = _read_input(hyp), _read_input(ref)
+            if not hyps:
+                raise DataError(f"{hyp} is empty: nothing to score")
             if len(hyps) != len(refs):
                 raise DataError(f"{hyp} has {len(hyps)} lines, {ref} has {len(refs)}")
             results = {Path(hyp).name: score(hyps, refs, lang or "de")}
@@ -331,7 +333,8 @@ def attention(checkpoint, text, output, device):
 
 @main.command()
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", default="curve.png", show_default=True, help="PNG file to write.")
+@click.option("-o", "--output", default="curve.png", show_default=True,
+              type=click.Path(dir_okay=False), help="PNG file to write.")
 @click.option("--monitor", default="test_2016_flickr", show_default=True,
               help="Also draw this monitored split's BLEU where the runs logged it.")
 def curve(run_dirs, output, monitor):

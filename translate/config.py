@@ -14,6 +14,7 @@ An unknown key anywhere is an error that names the file and lists the valid keys
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -187,7 +188,7 @@ def _read_yaml(path: Path) -> Any:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or type(e).__name__
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError(f"{path}: not valid YAML ({problem}{where})") from None
 
 
@@ -245,7 +246,26 @@ def _build(cls: type, values: dict, where: str):
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; valid keys: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
     checked = {k: _check_type(v, hints[k], f"{where}.{k}") for k, v in values.items()}
+    for key, value in checked.items():
+        _check_range(key, value, f"{where}.{key}")
     return cls(**checked)
+
+
+# Sizes and counts that must be at least 1; no number in a recipe may be negative.
+AT_LEAST_ONE = {"max_tokens", "accum_steps", "log_every", "vocab_size", "max_sentences", "d_model",
+                "heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions",
+                "embed_dim", "encoder_hidden", "decoder_hidden", "attn_dim", "beam", "max_len"}
+
+
+def _check_range(key: str, value: Any, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if not math.isfinite(value):
+        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+    if key in AT_LEAST_ONE and value < 1:
+        raise ConfigError(f"{where}: must be at least 1, got {value!r}")
+    if value < 0:
+        raise ConfigError(f"{where}: must not be negative, got {value!r}")
 
 
 def _check_type(value: Any, hint: Any, where: str) -> Any:
