@@ -26,8 +26,8 @@ from translate.evaluation import score, translate_sentences
 from translate.loss import label_smoothed_cross_entropy
 from translate.models import build_model, count_parameters
 from translate.tokenizer import PAD, Tokenizer
-from translate.utils import (autocast, first_line, pick_device, resolve_precision, rng_state, seed_everything,
-                             set_rng_state, stop_signals)
+from translate.utils import (autocast, first_line, pick_device, resolve_precision, rng_state,
+                             seed_everything, set_rng_state, stop_signals)
 
 log = logging.getLogger(__name__)
 
@@ -364,12 +364,11 @@ class Trainer:
         """Train until a stopping rule fires; SIGINT/SIGTERM save last.pt and raise Interrupted."""
         from tqdm.auto import tqdm
 
-        cfg = self.cfg
-        self.monitor = {s: load_split(self.recipe.data, s) for s in cfg.monitor_splits}
-        self.bar = tqdm(total=cfg.max_steps or None, initial=self.step, disable=not self.progress,
-                        unit="step", dynamic_ncols=True)
-        start = time.perf_counter() - self.elapsed  # a resumed run counts the time already spent
-        last_eval = time.perf_counter()
+        self.monitor = {s: load_split(self.recipe.data, s) for s in self.cfg.monitor_splits}
+        self.bar = tqdm(total=self.cfg.max_steps or None, initial=self.step,
+                        disable=not self.progress, unit="step", dynamic_ncols=True)
+        self.start = time.perf_counter() - self.elapsed  # a resumed run counts the time spent
+        self.last_eval = time.perf_counter()
         stop = False
         with stop_signals() as received:
             while not stop:
@@ -377,40 +376,54 @@ class Trainer:
                     self.epoch += 1
                 batches = self.epoch_batches()
                 while self.position < len(batches) and not stop:
-                    group = [collate([self.train_pairs.src[i] for i in idx],
-                                     [self.train_pairs.tgt[i] for i in idx])
-                             for idx in batches[self.position: self.position + cfg.accum_steps]]
-                    self.position += cfg.accum_steps
-                    t0 = time.perf_counter()
-                    result = self.train_step(group)
-                    now = time.perf_counter()
-                    self.train_seconds += now - t0
-                    self.elapsed = now - start
-                    if result is not None:
-                        self.bar.update(1)
-                        self.log_train(*result, now - t0)
-                        # Stop early enough that the final validation ends within the budget.
-                        out_of_time = cfg.max_minutes and (
-                            self.elapsed + self.last_eval_seconds >= cfg.max_minutes * 60)
-                        out_of_steps = cfg.max_steps and self.step >= cfg.max_steps
-                        due = (cfg.eval_every and self.step % cfg.eval_every == 0) or (
-                            cfg.eval_every_minutes and now - last_eval >= cfg.eval_every_minutes * 60)
-                        if due or out_of_time or out_of_steps:
-                            stop = self.validate() or bool(out_of_time or out_of_steps)
-                            last_eval = time.perf_counter()
-                            self.last_eval_seconds = last_eval - now
-                        if cfg.save_every and self.step % cfg.save_every == 0:
-                            self.save("last.pt")
+                    stop = self.next_step(batches)
                     if received:
                         raise Interrupted(received[0], self.step, self.save("last.pt"))
                 if not stop:
-                    self.position = 0
-                    if cfg.max_epochs and self.epoch >= cfg.max_epochs:
-                        self.elapsed = time.perf_counter() - start
-                        self.validate()
-                        stop = True
+                    stop = self.end_epoch()
         self.bar.close()
         return self.step
+
+    def next_step(self, batches: list[list[int]]) -> bool:
+        """Train on the epoch's next batch group, then log, validate and save as due; True when
+        a stopping rule fired."""
+        cfg = self.cfg
+        group = [collate([self.train_pairs.src[i] for i in idx],
+                         [self.train_pairs.tgt[i] for i in idx])
+                 for idx in batches[self.position: self.position + cfg.accum_steps]]
+        self.position += cfg.accum_steps
+        t0 = time.perf_counter()
+        result = self.train_step(group)
+        now = time.perf_counter()
+        self.train_seconds += now - t0
+        self.elapsed = now - self.start
+        if result is None:  # a skipped batch: no step to log, validate or save
+            return False
+        self.bar.update(1)
+        self.log_train(*result, now - t0)
+        # Stop early enough that the final validation ends within the budget.
+        out_of_time = cfg.max_minutes and (
+            self.elapsed + self.last_eval_seconds >= cfg.max_minutes * 60)
+        out_of_steps = cfg.max_steps and self.step >= cfg.max_steps
+        due = (cfg.eval_every and self.step % cfg.eval_every == 0) or (
+            cfg.eval_every_minutes and now - self.last_eval >= cfg.eval_every_minutes * 60)
+        stop = bool(out_of_time or out_of_steps)
+        if due or stop:
+            stop = self.validate() or stop
+            self.last_eval = time.perf_counter()
+            self.last_eval_seconds = self.last_eval - now
+        if cfg.save_every and self.step % cfg.save_every == 0:
+            self.save("last.pt")
+        return stop
+
+    def end_epoch(self) -> bool:
+        """Start the next epoch's order; validate and return True when max_epochs are done."""
+        self.position = 0
+        if self.cfg.max_epochs and self.epoch >= self.cfg.max_epochs:
+            self.elapsed = time.perf_counter() - self.start
+            self.validate()
+            return True
+        return False
 
 
 @torch.no_grad()
@@ -481,7 +494,8 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
                                    "bleu": scores.bleu, "chrf": scores.chrf,
                                    "legacy_bleu": scores.legacy_bleu,
                                    "bleu_signature": scores.bleu_signature})
-        return TrainResult(run_dir, run_dir / "best.pt", best.step, steps, trainer.best_bleu, results)
+        return TrainResult(run_dir, run_dir / "best.pt", best.step, steps, trainer.best_bleu,
+                           results)
     finally:
         if trainer is not None:
             trainer.metrics.close()

@@ -48,7 +48,8 @@ def snapshot(module):
 def test_a_nan_loss_skips_the_batch_without_touching_the_weights(monkeypatch, trainer, caplog):
     batch = first_batches(trainer)
     assert trainer.train_step(batch) is not None  # one real step: Adam has state now
-    before, adam = snapshot(trainer.model), trainer.optimizer.state_dict()["state"][0]["exp_avg"].clone()
+    before = snapshot(trainer.model)
+    adam = trainer.optimizer.state_dict()["state"][0]["exp_avg"].clone()
     monkeypatch.setattr(translate.training, "label_smoothed_cross_entropy", poisoned_loss({1, 2}))
     with caplog.at_level(logging.WARNING, logger="translate"):
         assert trainer.train_step(batch) is None

@@ -17,7 +17,8 @@ from translate.training import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
 # No validation and no periodic save: the only checkpoint is the one the signal asks for.
-ENDLESS = [*TINY_OVERRIDES, "train.max_steps=100000", "train.eval_every=0", "train.save_every=0"]
+ENDLESS = [*TINY_OVERRIDES, "train.max_steps=100000", "train.eval_every=0", "train.save_every=0",
+           "data.test_splits=[]"]
 
 
 def sets(*items):
