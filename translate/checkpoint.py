@@ -157,7 +157,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
     return Loaded(model, recipe, tokenizer, int(data.get("step", 0)), data)
 
 
-def _step_number(path: Path) -> int:
+def step_number(path: Path) -> int:
     """12 for step_12.pt; -1 for a name that is not step_<int>.pt."""
     number = path.stem.removeprefix("step_")
     return int(number) if number.isdigit() else -1
@@ -182,8 +182,8 @@ def newest_checkpoint(run_dir: Path) -> tuple[Path, dict]:
     last = run_dir / "last.pt"
     last_data = _resumable(last) if last.exists() else None
     newer_than = int(last_data["step"]) if last_data else -1
-    steps = sorted((p for p in run_dir.glob("step_*.pt") if _step_number(p) > newer_than),
-                   key=_step_number, reverse=True)
+    steps = sorted((p for p in run_dir.glob("step_*.pt") if step_number(p) > newer_than),
+                   key=step_number, reverse=True)
     for path in steps:
         if (data := _resumable(path)) is not None:
             return path, data

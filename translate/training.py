@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from translate.checkpoint import (CheckpointError, check_free_space, check_writable,
-                                  checkpoint_bytes, newest_checkpoint, save_checkpoint)
+                                  checkpoint_bytes, newest_checkpoint, save_checkpoint,
+                                  step_number)
 from translate.config import ConfigError, Recipe, save_recipe
 from translate.data import (Batch, DataError, EncodedPairs, clean_text_pairs, collate,
                             encode_pairs, filter_lengths, load_split, resolve_dataset,
@@ -329,9 +330,7 @@ class Trainer:
         self.best_bleu, self.bad_evals = state["best_bleu"], state["bad_evals"]
         self.bad_losses, self.window = state["bad_losses"], LogWindow(**state["window"])
         self.kept = sorted((p for p in self.run_dir.glob("step_*.pt")
-                            if p.stem.removeprefix("step_").isdigit()
-                            and int(p.stem.removeprefix("step_")) <= self.step),
-                           key=lambda p: int(p.stem.removeprefix("step_")))
+                            if 0 <= step_number(p) <= self.step), key=step_number)
         self.metrics.truncate(self.step)
         set_rng_state(data["rng"])
 
@@ -510,7 +509,12 @@ def check_resumable(path: Path, checkpoint: dict, recipe: Recipe) -> None:
         if saved.get(section) != recipe.to_dict()[section]:
             raise CheckpointError(f"{path}: its {section} differs from the run's recipe.yaml; "
                                   f"a run resumes with the {section} it was trained with")
-    max_steps = recipe.train.max_steps
+    max_steps, max_minutes = recipe.train.max_steps, recipe.train.max_minutes
     if max_steps and checkpoint["step"] >= max_steps:
         raise ConfigError(f"{path} is at step {checkpoint['step']}, already train.max_steps "
                           f"({max_steps}); to train on, raise it: --set train.max_steps=N")
+    minutes = checkpoint["trainer"]["elapsed"] / 60
+    if max_minutes and minutes >= max_minutes:
+        raise ConfigError(f"{path} was saved after {minutes:.1f} minutes, already "
+                          f"train.max_minutes ({max_minutes:g}); to train on, raise it: "
+                          f"--set train.max_minutes=N")
