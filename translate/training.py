@@ -213,12 +213,15 @@ class Trainer:
                 logits = self.forward(batch.src, batch.tgt_in)  # (B, T, V)
             loss, nll = label_smoothed_cross_entropy(logits, batch.tgt_out,
                                                      self.cfg.label_smoothing, PAD)
-            if not math.isfinite(value := float(loss.detach())):
-                self.optimizer.zero_grad(set_to_none=True)
-                self.skip_bad_loss(value, batch)
-                return None
             self.scaler.scale(loss / total_tokens).backward()
-            nll_sum += float(nll.detach())
+            # one host sync per batch, as before; a NaN/inf loss's gradients are thrown away
+            values = torch.stack([loss.detach().float(), nll.detach().float()])
+            loss_value, nll_value = values.tolist()
+            if not math.isfinite(loss_value):
+                self.optimizer.zero_grad(set_to_none=True)
+                self.skip_bad_loss(loss_value, batch)
+                return None
+            nll_sum += nll_value
         if self.cfg.clip_norm > 0:
             self.scaler.unscale_(self.optimizer)
             nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
