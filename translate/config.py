@@ -212,7 +212,7 @@ def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = N
     model_raw = dict(_section(raw, "model", where))
     arch = model_raw.get("arch", "transformer")
     if not isinstance(arch, str) or arch not in MODEL_CONFIGS:
-        raise ConfigError(f"{where}: model.arch '{arch}' is unknown; valid: {sorted(MODEL_CONFIGS)}")
+        raise ConfigError(f"{where}: model.arch {arch!r} is unknown; valid: {sorted(MODEL_CONFIGS)}")
     sections["model"] = _build(MODEL_CONFIGS[arch], model_raw, f"{where}: model")
     return Recipe(**sections)
 
@@ -226,12 +226,14 @@ def _section(raw: dict, name: str, where: str) -> dict:
 
 def _merge_spec(values: dict, where: str, base_dir: Path | None) -> dict:
     """Fill tokenizer fields from a spec file; keys given in the recipe win."""
+    if not isinstance(values["spec"], str):
+        raise ConfigError(f"{where}: tokenizer.spec: expected a file path, got {values['spec']!r}")
     spec = Path(values["spec"])
     candidates = [spec] if spec.is_absolute() else [Path.cwd() / spec, *(
         [base_dir / spec] if base_dir else []), Path(__file__).resolve().parent.parent / spec]
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
-        raise ConfigError(f"{where}: tokenizer spec not found: {spec}")
+        raise ConfigError(f"{where}: tokenizer spec not found: {str(spec)!r}")
     spec_values = _read_yaml(found) or {}
     if not isinstance(spec_values, dict):
         raise ConfigError(f"{found}: a tokenizer spec is a mapping")
@@ -304,11 +306,11 @@ def _check_type(value: Any, hint: Any, where: str) -> Any:
 def _apply_override(raw: dict, item: str) -> None:
     """Apply one ``section.key=value`` override in place (value parsed as YAML)."""
     if "=" not in item:
-        raise ConfigError(f"override '{item}' must look like section.key=value")
+        raise ConfigError(f"override {item!r} must look like section.key=value")
     dotted, text = item.split("=", 1)
     keys = dotted.strip().split(".")
     if len(keys) < 2 or not all(keys):
-        raise ConfigError(f"override '{item}': the key must be section.key, e.g. model.d_model=512")
+        raise ConfigError(f"override {item!r}: the key must be section.key, e.g. model.d_model=512")
     try:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
@@ -319,7 +321,7 @@ def _apply_override(raw: dict, item: str) -> None:
         if child is None:
             child = node[key] = {}
         if not isinstance(child, dict):
-            raise ConfigError(f"override '{item}': '{key}' is not a section")
+            raise ConfigError(f"override {item!r}: {key!r} is not a section")
         node = child
     node[keys[-1]] = value
 
@@ -342,7 +344,7 @@ def load_run_recipe(run_dir: Path, overrides: list[str] | tuple = ()) -> Recipe:
     for item in overrides:
         key = item.split("=", 1)[0].strip()
         if key not in {f"train.{k}" for k in RESUME_KEYS}:
-            raise ConfigError(f"--set {key}: a resumed run keeps its recipe; only these train "
+            raise ConfigError(f"--set {key!r}: a resumed run keeps its recipe; only these train "
                               f"keys may change: {', '.join(RESUME_KEYS)}")
         _apply_override(raw, item)
     return recipe_from_dict(raw, str(path), resolved=True)
