@@ -230,7 +230,8 @@ def test_set_integer_round_trips(n):
 
 
 @settings(max_examples=25, deadline=None, database=None)
-@given(st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=6))
+@given(st.lists((st.binary(max_size=40) | st.text(max_size=40).map(str.encode))
+                .map(lambda b: b.replace(b"\n", b"")), max_size=6))
 def test_decode_keeps_one_line_per_input_line_or_names_the_bad_one(trained_run, lines):
     data = b"".join(line + b"\n" for line in lines)
     result = CliRunner().invoke(main, ["decode", str(trained_run.best_checkpoint)], input=data)
