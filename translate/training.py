@@ -47,12 +47,16 @@ class MetricsLog:
     def __init__(self, path: Path):
         self.path = path
         self.file = open(path, "a", encoding="utf-8")
+        self.tb = self._tensorboard()
+
+    def _tensorboard(self, purge_step: Optional[int] = None):
+        """A TensorBoard writer, hiding earlier events from `purge_step` on; None without it."""
         try:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(str(path.parent / "tensorboard"))
+            return SummaryWriter(str(self.path.parent / "tensorboard"), purge_step=purge_step)
         except Exception:  # tensorboard is optional
-            self.tb = None
+            return None
 
     def write(self, record: dict) -> None:
         self.file.write(json.dumps(record) + "\n")
@@ -65,11 +69,12 @@ class MetricsLog:
     def truncate(self, step: int) -> None:
         """Keep only the records up to `step` (resuming from it), so no step is logged twice.
 
-        Test-score records go too (the run goes on), as does a line cut short by a crash.
+        Test-score records go too (the run goes on), as does a line cut short by a crash;
+        TensorBoard hides its events after `step`.
         """
         self.file.close()
         kept = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
@@ -80,6 +85,9 @@ class MetricsLog:
         tmp.write_text("".join(kept), encoding="utf-8")
         os.replace(tmp, self.path)
         self.file = open(self.path, "a", encoding="utf-8")
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = self._tensorboard(purge_step=step + 1)
 
     def close(self) -> None:
         self.file.close()

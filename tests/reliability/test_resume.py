@@ -68,9 +68,9 @@ def crashed(halfway, tmp_path):
     """A copy of the halfway run as a crash leaves it: the log runs past the last checkpoint,
     its last line cut short, and a temporary checkpoint file was left half-written."""
     run = shutil.copytree(halfway, tmp_path / "run")
-    with open(run / "metrics.jsonl", "a", encoding="utf-8") as log:
-        log.write(json.dumps({"kind": "train", "step": 23, "loss": 1.0}) + "\n")
-        log.write('{"kind": "train", "step": 24, "lo')
+    with open(run / "metrics.jsonl", "ab") as log:
+        log.write(json.dumps({"kind": "train", "step": 23, "loss": 1.0}).encode() + b"\n")
+        log.write(b'{"kind": "train", "step": 24, "lo\xe2\x82')  # cut inside a character
     (run / ".last.pt.tmp999").write_bytes(b"half a checkpoint")
     return run
 
