@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
-import os
 import signal
 import time
 from dataclasses import asdict, dataclass, field
@@ -25,6 +23,7 @@ from translate.data import (Batch, DataError, EncodedPairs, clean_text_pairs, co
                             token_batches)
 from translate.evaluation import score, translate_sentences
 from translate.loss import label_smoothed_cross_entropy
+from translate.metrics import LogWindow, MetricsLog
 from translate.models import build_model, count_parameters
 from translate.tokenizer import PAD, Tokenizer
 from translate.utils import (autocast, first_line, pick_device, resolve_precision, rng_state,
@@ -41,60 +40,6 @@ def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
     return peak * math.sqrt(warmup / step)
 
 
-class MetricsLog:
-    """Append-only JSON lines (metrics.jsonl), mirrored to TensorBoard when it is installed."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.file = open(path, "a", encoding="utf-8")
-        self.tb = self._tensorboard()
-
-    def _tensorboard(self, purge_step: Optional[int] = None):
-        """A TensorBoard writer, hiding earlier events from `purge_step` on; None without it."""
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            return SummaryWriter(str(self.path.parent / "tensorboard"), purge_step=purge_step)
-        except Exception:  # tensorboard is optional
-            return None
-
-    def write(self, record: dict) -> None:
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
-        if self.tb is not None:
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and key not in ("step", "kind"):
-                    self.tb.add_scalar(f"{record['kind']}/{key}", value, record["step"])
-
-    def truncate(self, step: int) -> None:
-        """Keep only the records up to `step` (resuming from it), so no step is logged twice.
-
-        Test-score records go too (the run goes on), as does a line cut short by a crash;
-        TensorBoard hides its events after `step`.
-        """
-        self.file.close()
-        kept = []
-        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if record.get("step", 0) <= step and record.get("kind") != "test":
-                kept.append(line + "\n")
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(kept), encoding="utf-8")
-        os.replace(tmp, self.path)
-        self.file = open(self.path, "a", encoding="utf-8")
-        if self.tb is not None:
-            self.tb.close()
-            self.tb = self._tensorboard(purge_step=step + 1)
-
-    def close(self) -> None:
-        self.file.close()
-        if self.tb is not None:
-            self.tb.close()
-
-
 class TrainingError(RuntimeError):
     """Training cannot go on (say, the loss diverged); the message says why and what to change."""
 
@@ -107,15 +52,6 @@ class Interrupted(Exception):
         name = signal.Signals(signum).name
         super().__init__(f"{name} received: stopped at step {step} and saved {checkpoint}\n"
                          f"resume with: translate train --resume {checkpoint.parent}")
-
-
-@dataclass
-class LogWindow:
-    """Steps since the last train record: averaged into the next one (and saved for resuming)."""
-
-    losses: list = field(default_factory=list)
-    tokens: int = 0
-    seconds: float = 0.0
 
 
 @dataclass
