@@ -230,12 +230,13 @@ class Trainer:
         self.metrics.write(record)
         tqdm_write(f"step {self.step}: dev loss {loss:.3f}, dev BLEU {bleu:.2f}"
                    f"{' (best)' if improved else ''}, {self.elapsed / 60:.1f} min")
-        # counters first, so the checkpoints hold them
+        # Counters first, so the checkpoints hold them; best.pt before step_N.pt, so a crash
+        # between the two resumes from an older step and validates (and saves best.pt) again.
         self.bad_evals = 0 if improved else self.bad_evals + 1
         self.best_bleu = max(bleu, self.best_bleu)
-        self.save(f"step_{self.step}.pt")
         if improved:
             self.save("best.pt")
+        self.save(f"step_{self.step}.pt")
         return 0 < self.cfg.patience <= self.bad_evals
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -358,7 +359,7 @@ class Trainer:
             stop = self.validate() or stop
             self.last_eval = time.perf_counter()
             self.last_eval_seconds = self.last_eval - now
-        if cfg.save_every and self.step % cfg.save_every == 0:
+        elif cfg.save_every and self.step % cfg.save_every == 0:  # step_N.pt serves when due
             self.save("last.pt")
         return stop
 

@@ -16,7 +16,7 @@ STEPS = 40
 # Dropout on, so equal losses prove the random state came back; batches of about 4000 tokens,
 # so an epoch (17 steps) ends between checkpoints and the halfway point is mid-epoch.
 RESUME_OVERRIDES = [*TINY_OVERRIDES, "model.dropout=0.1", "train.max_tokens=4000",
-                    "train.eval_every=10", "train.save_every=10", "train.log_every=5",
+                    "train.eval_every=10", "train.save_every=5", "train.log_every=5",
                     "train.keep_last=2", "data.test_splits=[]"]
 
 
@@ -76,7 +76,8 @@ def crashed(halfway, tmp_path):
 
 
 def test_resumed_run_equals_uninterrupted_run(straight, crashed):
-    data = read_checkpoint(crashed / "last.pt")
+    path, data = newest_checkpoint(crashed)  # last.pt is at step 15: validations save step_N.pt
+    assert path.name == "step_20.pt" and read_checkpoint(crashed / "last.pt")["step"] == 15
     assert data["step"] == STEPS // 2 and data["trainer"]["epoch"] >= 2
     assert data["trainer"]["position"] > 0  # mid-epoch
     resume_tiny(crashed, STEPS)
@@ -84,7 +85,7 @@ def test_resumed_run_equals_uninterrupted_run(straight, crashed):
     assert [r["step"] for r in records(crashed, "train")] == list(range(5, STEPS + 1, 5))
     assert [(r["step"], r["dev_loss"], r["dev_bleu"]) for r in records(crashed, "valid")] == \
         [(r["step"], r["dev_loss"], r["dev_bleu"]) for r in records(straight, "valid")]
-    ours, theirs = read_checkpoint(crashed / "last.pt"), read_checkpoint(straight / "last.pt")
+    ours, theirs = read_checkpoint(crashed / "step_40.pt"), read_checkpoint(straight / "step_40.pt")
     for key in ("model", "train_model"):  # EMA and raw weights
         assert ours[key].keys() == theirs[key].keys()
         assert all(torch.equal(ours[key][k], theirs[key][k]) for k in ours[key])
