@@ -59,6 +59,7 @@ def save_checkpoint(path: Path, model: nn.Module, recipe: Recipe, tokenizer: Tok
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        _fsync_folder(path.parent)  # makes the rename itself survive a power cut
     except OSError as e:
         kept = "is unchanged" if path.exists() else "was not written"
         raise CheckpointError(f"could not write the checkpoint {path} ({e.strerror}); "
@@ -66,6 +67,15 @@ def save_checkpoint(path: Path, model: nn.Module, recipe: Recipe, tokenizer: Tok
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _fsync_folder(folder: Path) -> None:
+    if hasattr(os, "O_DIRECTORY"):  # POSIX; elsewhere the rename is all there is
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def check_writable(run_dir: Path) -> None:
