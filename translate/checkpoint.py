@@ -6,7 +6,12 @@ A checkpoint holds only tensors and plain Python values, so it loads with
 
 from __future__ import annotations
 
+import io
+import logging
 import os
+import pickle
+import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,11 +24,13 @@ from translate.models import build_model
 from translate.tokenizer import SPECIAL_IDS, Tokenizer
 from translate.utils import first_line
 
+log = logging.getLogger(__name__)
+
 FORMAT_VERSION = 1
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that cannot be read; the message names the file."""
+    """A checkpoint that cannot be read or written; the message names the file."""
 
 
 def _bytes_tensor(data: bytes) -> torch.Tensor:
@@ -42,16 +49,58 @@ def save_checkpoint(path: Path, model: nn.Module, recipe: Recipe, tokenizer: Tok
         "step": step,
         **(extra or {}),
     }
+    # Serialized in memory first: torch's zip writer would hide a full disk's OSError.
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            torch.save(payload, f)
+            f.write(buffer.getbuffer())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        _fsync_folder(path.parent)  # makes the rename itself survive a power cut
+    except OSError as e:
+        kept = "is unchanged" if path.exists() else "was not written"
+        raise CheckpointError(f"could not write the checkpoint {path} ({e.strerror}); "
+                              f"the file {kept}") from None
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _fsync_folder(folder: Path) -> None:
+    if hasattr(os, "O_DIRECTORY"):  # POSIX; elsewhere the rename is all there is
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def check_writable(run_dir: Path) -> None:
+    """Fail before any work if the run folder cannot be written."""
+    probe = run_dir / ".write_probe"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"\0" * 1024)
+        probe.unlink()
+    except OSError as e:
+        raise OSError(f"cannot write to the run folder {run_dir}: {e.strerror}") from None
+
+
+def checkpoint_bytes(model: nn.Module, with_ema: bool) -> int:
+    """About the size of one checkpoint: the weights, Adam's two moments and the EMA."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    return weights * (4 if with_ema else 3)
+
+
+def check_free_space(run_dir: Path, checkpoint_size: int) -> None:
+    """Fail before training if the disk cannot hold two checkpoints (one being replaced)."""
+    free = shutil.disk_usage(run_dir).free
+    if free < 2 * checkpoint_size:
+        raise OSError(f"only {free / 2**20:.1f} MiB free for the run folder {run_dir}; its "
+                      f"checkpoints need about {2 * checkpoint_size / 2**20:.1f} MiB")
 
 
 def read_checkpoint(path: str | Path) -> dict:
@@ -64,14 +113,31 @@ def read_checkpoint(path: str | Path) -> dict:
         if not best.is_file():
             raise CheckpointError(f"{path} is a folder without best.pt; name a checkpoint file")
         path = best
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"{path}: the file is empty (was its writing cut short?)")
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
+        refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        if isinstance(e, pickle.UnpicklingError) and refused:  # weights_only met a Python object
+            raise CheckpointError(f"{path}: refused to load: it holds Python objects, not just "
+                                  f"tensors, and loading them could run code (it names "
+                                  f"{refused[1]})") from None
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: "
                               f"{first_line(e)})") from None
     if not isinstance(data, dict) or "model" not in data or "recipe" not in data:
         raise CheckpointError(f"{path}: not a translate checkpoint (missing model or recipe)")
     return data
+
+
+def checkpoint_tokenizer(data: dict, path: str | Path = "checkpoint") -> Tokenizer:
+    """The SentencePiece models stored in a checkpoint's dict."""
+    tok = data.get("tokenizer")
+    try:
+        return Tokenizer(tok["src"].numpy().tobytes(), tok["tgt"].numpy().tobytes())
+    except Exception as e:  # sentencepiece raises RuntimeError, OSError or TypeError
+        raise CheckpointError(f"{path}: its tokenizer cannot be read ({type(e).__name__}: "
+                              f"{first_line(e)})") from None
 
 
 @dataclass
@@ -87,14 +153,54 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
     """Rebuild model, recipe and tokenizer from a checkpoint (or a run folder's best.pt)."""
     data = read_checkpoint(path)
     recipe = recipe_from_dict(data["recipe"], f"{path} (recipe)", resolved=True)
-    tok = data["tokenizer"]
-    tokenizer = Tokenizer(tok["src"].numpy().tobytes(), tok["tgt"].numpy().tobytes())
+    tokenizer = checkpoint_tokenizer(data, path)
     model = build_model(recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size,
                         tokenizer.joint)
     try:
         model.load_state_dict(data["model"])
-    except RuntimeError as e:
-        raise CheckpointError(f"{path}: weights do not fit the recipe's model: "
-                              f"{first_line(e)}") from None
+    except RuntimeError as e:  # the first line only says "Error(s) in loading state_dict"
+        detail = (str(e).splitlines() + [""])[1].strip()
+        detail = detail if len(detail) <= 300 else detail[:300] + "..."
+        raise CheckpointError(f"{path}: weights do not fit the recipe's {recipe.model.arch} "
+                              f"model ({detail})") from None
     model.to(device).eval()
     return Loaded(model, recipe, tokenizer, int(data.get("step", 0)), data)
+
+
+def step_number(path: Path) -> int:
+    """12 for step_12.pt; -1 for a name that is not step_<int>.pt."""
+    number = path.stem.removeprefix("step_")
+    return int(number) if number.isdigit() else -1
+
+
+def _resumable(path: Path) -> dict | None:
+    """The checkpoint's dict when it can be resumed from, else None after a warning naming it."""
+    try:
+        data = read_checkpoint(path)
+    except CheckpointError as e:
+        log.warning("skipping %s", e)
+        return None
+    if "optimizer" not in data or "trainer" not in data:
+        log.warning("skipping %s: it has no training state to resume from", path)
+        return None
+    return data
+
+
+def newest_checkpoint(run_dir: Path) -> tuple[Path, dict]:
+    """The run's newest checkpoint that reads: last.pt or step_<N>.pt, highest step first, then
+    best.pt; each unreadable one is skipped with a warning naming the file."""
+    last = run_dir / "last.pt"
+    last_data = _resumable(last) if last.exists() else None
+    newer_than = int(last_data["step"]) if last_data else -1
+    steps = sorted((p for p in run_dir.glob("step_*.pt") if step_number(p) > newer_than),
+                   key=step_number, reverse=True)
+    for path in steps:
+        if (data := _resumable(path)) is not None:
+            return path, data
+    if last_data is not None:
+        return last, last_data
+    best = run_dir / "best.pt"
+    if best.exists() and (data := _resumable(best)) is not None:
+        return best, data
+    raise CheckpointError(f"no readable checkpoint to resume from in {run_dir} (looked for "
+                          f"last.pt, step_*.pt and best.pt)")

@@ -13,10 +13,11 @@ from pathlib import Path
 import click
 
 from translate.checkpoint import CheckpointError
-from translate.config import ConfigError
+from translate.config import RESUME_KEYS, ConfigError
 from translate.data import DataError
+from translate.training import TrainingError
 
-USER_ERRORS = (ConfigError, DataError, CheckpointError, ValueError, OSError)
+USER_ERRORS = (ConfigError, DataError, CheckpointError, TrainingError, ValueError, OSError)
 
 
 def _fail(error: Exception) -> None:
@@ -36,27 +37,49 @@ def main(verbose: bool) -> None:
 
 
 @main.command()
-@click.argument("recipe", type=click.Path(dir_okay=False))
+@click.argument("recipe", required=False, type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a recipe value, e.g. --set model.encoder_layers=4 (repeatable).")
+              help="Override a recipe value, e.g. --set model.encoder_layers=4 (repeatable). "
+              f"With --resume only these train keys: {', '.join(RESUME_KEYS)}.")
 @click.option("--run-dir", type=click.Path(file_okay=False), default=None,
               help="Output folder (default runs/<recipe name>-<time>).")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None,
+              metavar="RUN_DIR", help="Continue the run in RUN_DIR from its newest readable "
+              "checkpoint, with its own recipe.yaml (no RECIPE argument).")
 @click.option("--data", "data_path", default=None, metavar="PATH_OR_HUB_NAME",
-              help="Dataset to use instead of the recipe's (same as TRANSLATE_DATA).")
+              help="Dataset to use instead of the recipe's (same as TRANSLATE_DATA); with "
+              "--resume, the same data in another place.")
 @click.option("--device", default=None, help="cpu, cuda, cuda:1, mps (default: best available).")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
-def train(recipe, overrides, run_dir, data_path, device, no_progress):
-    """Train a model from a RECIPE (YAML), then score it on the recipe's test splits."""
+def train(recipe, overrides, run_dir, resume_dir, data_path, device, no_progress):
+    """Train a model from a RECIPE (YAML), then score it on the recipe's test splits.
+
+    SIGINT (Ctrl-C) or SIGTERM saves RUN_DIR/last.pt and stops (exit code 128 + signal);
+    `translate train --resume RUN_DIR` goes on from there, as does a run killed outright, from
+    its newest checkpoint (last.pt every train.save_every steps, step_N.pt at validation).
+    """
     from translate.config import load_recipe
-    from translate.training import train as run_training
+    from translate.training import Interrupted, train as run_training
 
     try:
         if data_path:
-            overrides = (*overrides, f"data.dataset={data_path}")
             os.environ.pop("TRANSLATE_DATA", None)
-        cfg = load_recipe(recipe, overrides)
-        run_dir = Path(run_dir or f"runs/{Path(recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
-        result = run_training(cfg, run_dir, device, progress=not no_progress)
+        if resume_dir:
+            if recipe or run_dir:
+                raise click.UsageError("--resume RUN_DIR takes no RECIPE and no --run-dir: the "
+                                       "run folder holds its recipe")
+            cfg, run_dir = _resume_recipe(resume_dir, overrides, data_path), Path(resume_dir)
+        elif recipe:
+            data = [f"data.dataset={data_path}"] if data_path else []
+            cfg = load_recipe(recipe, (*overrides, *data))
+            run_dir = Path(run_dir or f"runs/{Path(recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+        else:
+            raise click.UsageError("give a RECIPE, or --resume RUN_DIR")
+        result = run_training(cfg, run_dir, device, progress=not no_progress,
+                              resume=bool(resume_dir))
+    except Interrupted as e:
+        click.echo(str(e), err=True)
+        sys.exit(128 + e.signum)
     except USER_ERRORS as e:
         _fail(e)
     click.echo(f"\nbest checkpoint: {result.best_checkpoint} (step {result.best_step} of "
@@ -64,6 +87,16 @@ def train(recipe, overrides, run_dir, data_path, device, no_progress):
     for split, scores in result.test_scores.items():
         click.echo(f"\n== {split} ==\n{scores.summary()}")
     click.echo(f"\nrun folder: {result.run_dir}")
+
+
+def _resume_recipe(run_dir: str, overrides: tuple, data_path: str | None):
+    """The run's recipe with resume-safe overrides; --data only moves where the data is read."""
+    from dataclasses import replace
+
+    from translate.config import load_run_recipe
+
+    cfg = load_run_recipe(Path(run_dir), overrides)
+    return replace(cfg, data=replace(cfg.data, dataset=data_path)) if data_path else cfg
 
 
 @main.command()
@@ -194,6 +227,8 @@ def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_jso
             if not (hyp and ref) or checkpoint:
                 raise click.UsageError("give --hyp and --ref together, without a checkpoint")
             hyps, refs = _read_input(hyp), _read_input(ref)
+            if not hyps:
+                raise DataError(f"{hyp} is empty: nothing to score")
             if len(hyps) != len(refs):
                 raise DataError(f"{hyp} has {len(hyps)} lines, {ref} has {len(refs)}")
             results = {Path(hyp).name: score(hyps, refs, lang or "de")}
@@ -298,7 +333,8 @@ def attention(checkpoint, text, output, device):
 
 @main.command()
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", default="curve.png", show_default=True, help="PNG file to write.")
+@click.option("-o", "--output", default="curve.png", show_default=True,
+              type=click.Path(dir_okay=False), help="PNG file to write.")
 @click.option("--monitor", default="test_2016_flickr", show_default=True,
               help="Also draw this monitored split's BLEU where the runs logged it.")
 def curve(run_dirs, output, monitor):

@@ -14,6 +14,7 @@ An unknown key anywhere is an error that names the file and lists the valid keys
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -112,6 +113,8 @@ class TrainConfig:
     monitor_splits: tuple = ()
     patience: int = 0  # validations without dev-BLEU gain before stopping; 0: never
     keep_last: int = 2  # step checkpoints kept besides best.pt
+    save_every: int = 250  # steps between last.pt saves, for --resume (besides step_N.pt); 0: off
+    max_bad_losses: int = 10  # batches with a NaN/inf loss skipped (with a warning) before stopping
     log_every: int = 50
     threads: int = 0  # torch CPU threads; 0: torch's default
     compile: bool = False  # torch.compile the model
@@ -166,15 +169,27 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple = (
         if not path.is_file():
             raise ConfigError(f"recipe not found: {path}")
         where = str(path)
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        raw = _read_yaml(path)
+        if not raw:
+            raise ConfigError(f"{path}: the recipe is empty")
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: a recipe is a mapping of sections, got {type(raw).__name__}")
     for item in overrides:
         _apply_override(raw, item)
     return recipe_from_dict(raw, where, base_dir=path.parent if path else Path.cwd())
+
+
+def _read_yaml(path: Path) -> Any:
+    """A YAML file's content via the safe loader (plain values only, never Python objects)."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML ({problem}{where})") from None
 
 
 def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = None,
@@ -196,8 +211,8 @@ def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = N
         sections[name] = _build(cls, values, f"{where}: {name}")
     model_raw = dict(_section(raw, "model", where))
     arch = model_raw.get("arch", "transformer")
-    if arch not in MODEL_CONFIGS:
-        raise ConfigError(f"{where}: model.arch '{arch}' is unknown; valid: {sorted(MODEL_CONFIGS)}")
+    if not isinstance(arch, str) or arch not in MODEL_CONFIGS:
+        raise ConfigError(f"{where}: model.arch {arch!r} is unknown; valid: {sorted(MODEL_CONFIGS)}")
     sections["model"] = _build(MODEL_CONFIGS[arch], model_raw, f"{where}: model")
     return Recipe(**sections)
 
@@ -211,16 +226,15 @@ def _section(raw: dict, name: str, where: str) -> dict:
 
 def _merge_spec(values: dict, where: str, base_dir: Path | None) -> dict:
     """Fill tokenizer fields from a spec file; keys given in the recipe win."""
+    if not isinstance(values["spec"], str):
+        raise ConfigError(f"{where}: tokenizer.spec: expected a file path, got {values['spec']!r}")
     spec = Path(values["spec"])
     candidates = [spec] if spec.is_absolute() else [Path.cwd() / spec, *(
         [base_dir / spec] if base_dir else []), Path(__file__).resolve().parent.parent / spec]
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
-        raise ConfigError(f"{where}: tokenizer spec not found: {spec}")
-    try:
-        spec_values = yaml.safe_load(found.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{found}: not valid YAML: {e}") from None
+        raise ConfigError(f"{where}: tokenizer spec not found: {str(spec)!r}")
+    spec_values = _read_yaml(found) or {}
     if not isinstance(spec_values, dict):
         raise ConfigError(f"{found}: a tokenizer spec is a mapping")
     _build(TokenizerConfig, spec_values, str(found))  # validates the spec's own keys
@@ -234,7 +248,26 @@ def _build(cls: type, values: dict, where: str):
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; valid keys: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
     checked = {k: _check_type(v, hints[k], f"{where}.{k}") for k, v in values.items()}
+    for key, value in checked.items():
+        _check_range(key, value, f"{where}.{key}")
     return cls(**checked)
+
+
+# Sizes and counts that must be at least 1; no number in a recipe may be negative.
+AT_LEAST_ONE = {"max_tokens", "accum_steps", "log_every", "vocab_size", "max_sentences", "d_model",
+                "heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions",
+                "embed_dim", "encoder_hidden", "decoder_hidden", "attn_dim", "beam", "max_len"}
+
+
+def _check_range(key: str, value: Any, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if not math.isfinite(value):
+        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+    if key in AT_LEAST_ONE and value < 1:
+        raise ConfigError(f"{where}: must be at least 1, got {value!r}")
+    if value < 0:
+        raise ConfigError(f"{where}: must not be negative, got {value!r}")
 
 
 def _check_type(value: Any, hint: Any, where: str) -> Any:
@@ -273,11 +306,11 @@ def _check_type(value: Any, hint: Any, where: str) -> Any:
 def _apply_override(raw: dict, item: str) -> None:
     """Apply one ``section.key=value`` override in place (value parsed as YAML)."""
     if "=" not in item:
-        raise ConfigError(f"override '{item}' must look like section.key=value")
+        raise ConfigError(f"override {item!r} must look like section.key=value")
     dotted, text = item.split("=", 1)
     keys = dotted.strip().split(".")
     if len(keys) < 2 or not all(keys):
-        raise ConfigError(f"override '{item}': the key must be section.key, e.g. model.d_model=512")
+        raise ConfigError(f"override {item!r}: the key must be section.key, e.g. model.d_model=512")
     try:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
@@ -288,9 +321,33 @@ def _apply_override(raw: dict, item: str) -> None:
         if child is None:
             child = node[key] = {}
         if not isinstance(child, dict):
-            raise ConfigError(f"override '{item}': '{key}' is not a section")
+            raise ConfigError(f"override {item!r}: {key!r} is not a section")
         node = child
     node[keys[-1]] = value
+
+
+# Train keys that `translate train --resume` may change: when to stop, validate, save and log.
+# Everything else (model, data, tokenizer, optimisation) shapes the weights and stays as trained.
+RESUME_KEYS = ("max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
+               "patience", "keep_last", "save_every", "log_every", "threads", "max_bad_losses",
+               "monitor_splits")
+
+
+def load_run_recipe(run_dir: Path, overrides: list[str] | tuple = ()) -> Recipe:
+    """The recipe a run folder was trained with (recipe.yaml), with resume-safe overrides only."""
+    path = Path(run_dir) / "recipe.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a run folder: it has no recipe.yaml")
+    raw = _read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a recipe is a mapping of sections, got {type(raw).__name__}")
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key not in {f"train.{k}" for k in RESUME_KEYS}:
+            raise ConfigError(f"--set {key!r}: a resumed run keeps its recipe; only these train "
+                              f"keys may change: {', '.join(RESUME_KEYS)}")
+        _apply_override(raw, item)
+    return recipe_from_dict(raw, str(path), resolved=True)
 
 
 def save_recipe(recipe: Recipe, path: Path) -> None:

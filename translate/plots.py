@@ -22,7 +22,11 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     if not path.is_file():
         raise MetricsError(f"no metrics log at {path}")
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise MetricsError(f"{path}: not valid UTF-8 (byte {e.start})") from None
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:

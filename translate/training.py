@@ -3,27 +3,31 @@
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
-import random
+import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import torch
 from torch import nn
 
-from translate.checkpoint import save_checkpoint
-from translate.config import Recipe, save_recipe
-from translate.data import (Batch, EncodedPairs, clean_text_pairs, collate, encode_pairs,
-                            filter_lengths, load_split, resolve_dataset, token_batches)
+from translate.checkpoint import (CheckpointError, check_free_space, check_writable,
+                                  checkpoint_bytes, newest_checkpoint, save_checkpoint,
+                                  step_number)
+from translate.config import ConfigError, Recipe, save_recipe
+from translate.data import (Batch, DataError, EncodedPairs, clean_text_pairs, collate,
+                            encode_pairs, filter_lengths, load_split, resolve_dataset,
+                            token_batches)
 from translate.evaluation import score, translate_sentences
 from translate.loss import label_smoothed_cross_entropy
+from translate.metrics import LogWindow, MetricsLog
 from translate.models import build_model, count_parameters
 from translate.tokenizer import PAD, Tokenizer
-from translate.utils import autocast, pick_device, resolve_precision, seed_everything
+from translate.utils import (autocast, first_line, pick_device, resolve_precision, rng_state,
+                             seed_everything, set_rng_state, stop_signals)
 
 log = logging.getLogger(__name__)
 
@@ -36,31 +40,18 @@ def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
     return peak * math.sqrt(warmup / step)
 
 
-class MetricsLog:
-    """Append-only JSON lines (metrics.jsonl), mirrored to TensorBoard when it is installed."""
+class TrainingError(RuntimeError):
+    """Training cannot go on (say, the loss diverged); the message says why and what to change."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.file = open(path, "a", encoding="utf-8")
-        try:
-            from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(str(path.parent / "tensorboard"))
-        except Exception:  # tensorboard is optional
-            self.tb = None
+class Interrupted(Exception):
+    """SIGINT or SIGTERM stopped training after a checkpoint was saved."""
 
-    def write(self, record: dict) -> None:
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
-        if self.tb is not None:
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and key not in ("step", "kind"):
-                    self.tb.add_scalar(f"{record['kind']}/{key}", value, record["step"])
-
-    def close(self) -> None:
-        self.file.close()
-        if self.tb is not None:
-            self.tb.close()
+    def __init__(self, signum: int, step: int, checkpoint: Path):
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+        name = signal.Signals(signum).name
+        super().__init__(f"{name} received: stopped at step {step} and saved {checkpoint}\n"
+                         f"resume with: translate train --resume {checkpoint.parent}")
 
 
 @dataclass
@@ -73,15 +64,22 @@ class TrainResult:
     test_scores: dict = field(default_factory=dict)
 
 
-def prepare_data(recipe: Recipe, run_dir: Path) -> tuple[Tokenizer, EncodedPairs, dict]:
-    """Load and clean train, train (and save) the tokenizer, encode and filter; return dev text."""
+def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] = None
+                 ) -> tuple[Tokenizer, EncodedPairs, dict]:
+    """Load and clean train, train (and save) the tokenizer unless one is given (resuming),
+    encode and filter; return dev text."""
     cfg = recipe.data
     log.info("dataset: %s (%s -> %s)", resolve_dataset(cfg), cfg.src_lang, cfg.tgt_lang)
     src, tgt = load_split(cfg, "train")
     keep, stats = clean_text_pairs(src, tgt)
+    if not keep:
+        raise DataError(f"{resolve_dataset(cfg)}: the train split has no usable pairs "
+                        f"({stats.total} read, {stats.empty} with an empty side, "
+                        f"{stats.no_letters} without letters)")
     src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
-    tokenizer = Tokenizer.train(src, tgt, recipe.tokenizer, recipe.train.seed)
-    tokenizer.save(run_dir, cfg.src_lang, cfg.tgt_lang)
+    if tokenizer is None:
+        tokenizer = Tokenizer.train(src, tgt, recipe.tokenizer, recipe.train.seed)
+        tokenizer.save(run_dir, cfg.src_lang, cfg.tgt_lang)
     log.info("tokenizer: %s %d pieces (%s)", recipe.tokenizer.model_type, tokenizer.tgt_vocab_size,
              "joint" if tokenizer.joint else "separate vocabularies")
     train = filter_lengths(encode_pairs(tokenizer, src, tgt, cfg.cache_dir), cfg.max_len,
@@ -89,6 +87,9 @@ def prepare_data(recipe: Recipe, run_dir: Path) -> tuple[Tokenizer, EncodedPairs
     log.info("train pairs: %d read, %d kept (empty: %d, no letters: %d, over %d pieces: %d, "
              "length ratio over %.1f: %d)", stats.total, stats.kept, stats.empty, stats.no_letters,
              cfg.max_len, stats.too_long, cfg.max_len_ratio, stats.bad_ratio)
+    if not len(train):
+        raise DataError(f"{resolve_dataset(cfg)}: no training pair is left after cleaning and "
+                        f"the length filter (data.max_len {cfg.max_len})")
     dev_src, dev_tgt = load_split(cfg, "dev")
     dev_keep, _ = clean_text_pairs(dev_src, dev_tgt)
     dev = {"src": [dev_src[i] for i in dev_keep], "tgt": [dev_tgt[i] for i in dev_keep]}
@@ -97,10 +98,15 @@ def prepare_data(recipe: Recipe, run_dir: Path) -> tuple[Tokenizer, EncodedPairs
 
 
 class Trainer:
-    """Holds the model, optimizer and counters; `run()` trains until a stopping rule fires."""
+    """Holds the model, optimizer and counters; `run()` trains until a stopping rule fires.
+
+    The counters say where training stands, so a checkpoint of them resumes the run exactly:
+    `epoch` (1-based once started) and `position`, the index of the next batch in that epoch's
+    order, which is a function of the seed and the epoch alone.
+    """
 
     def __init__(self, recipe: Recipe, run_dir: Path, device: Optional[str] = None,
-                 progress: bool = True):
+                 progress: bool = True, tokenizer: Optional[Tokenizer] = None):
         self.recipe, self.run_dir, self.progress = recipe, run_dir, progress
         self.cfg = recipe.train
         self.device = pick_device(device)
@@ -108,7 +114,7 @@ class Trainer:
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         seed_everything(self.cfg.seed)
-        self.tokenizer, self.train_pairs, self.dev = prepare_data(recipe, run_dir)
+        self.tokenizer, self.train_pairs, self.dev = prepare_data(recipe, run_dir, tokenizer)
         self.model = build_model(recipe.model, self.tokenizer.src_vocab_size,
                                  self.tokenizer.tgt_vocab_size, self.tokenizer.joint).to(self.device)
         n_params = count_parameters(self.model)
@@ -124,17 +130,24 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: inverse_sqrt_lr(s, 1.0, self.cfg.warmup))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
+        check_free_space(run_dir, checkpoint_bytes(self.model, self.ema is not None))
         self.metrics = MetricsLog(run_dir / "metrics.jsonl")
-        self.step = self.epoch = 0
-        self.best_bleu, self.bad_evals = -1.0, 0
+        self.step = self.epoch = self.position = 0
+        self.elapsed = self.train_seconds = 0.0  # wall-clock and optimizer-step seconds so far
+        self.best_bleu, self.bad_evals, self.bad_losses = -1.0, 0, 0
+        self.window = LogWindow()
         self.kept: list[Path] = []
         self.last_eval_seconds = 0.0
         self.n_params = n_params
 
     # -- one optimizer step ------------------------------------------------------------------
 
-    def train_step(self, batches: list[Batch]) -> tuple[float, int]:
-        """Forward/backward over `accum_steps` batches, then one optimizer step."""
+    def train_step(self, batches: list[Batch]) -> Optional[tuple[float, int]]:
+        """Forward/backward over `accum_steps` batches, then one optimizer step.
+
+        Returns (loss per token, tokens), or None when a batch's loss was NaN or infinite: then
+        the whole group is skipped and the optimizer does not step.
+        """
         self.model.train()
         total_tokens = sum(b.num_tgt_tokens for b in batches)
         nll_sum = 0.0
@@ -145,10 +158,18 @@ class Trainer:
             loss, nll = label_smoothed_cross_entropy(logits, batch.tgt_out,
                                                      self.cfg.label_smoothing, PAD)
             self.scaler.scale(loss / total_tokens).backward()
-            nll_sum += float(nll.detach())
+            # one host sync per batch, as before; a NaN/inf loss's gradients are thrown away
+            values = torch.stack([loss.detach().float(), nll.detach().float()])
+            loss_value, nll_value = values.tolist()
+            if not math.isfinite(loss_value):
+                self.optimizer.zero_grad(set_to_none=True)
+                self.skip_bad_loss(loss_value, batch)
+                return None
+            nll_sum += nll_value
         if self.cfg.clip_norm > 0:
             self.scaler.unscale_(self.optimizer)
             nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+        # fp16: the scaler skips the step when a gradient overflowed, and lowers its scale
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -157,6 +178,18 @@ class Trainer:
         if self.ema is not None:
             update_ema(self.ema, self.model, self.cfg.ema_decay, self.step)
         return nll_sum / total_tokens, total_tokens
+
+    def skip_bad_loss(self, loss: float, batch: Batch) -> None:
+        """Count a NaN/inf loss; warn, or stop once more than `max_bad_losses` were skipped."""
+        self.bad_losses += 1
+        where = (f"after step {self.step}: {loss} loss on a batch of {batch.src.shape[0]} "
+                 f"sentences (epoch {self.epoch})")
+        if self.bad_losses > self.cfg.max_bad_losses:
+            raise TrainingError(f"{where}: {self.bad_losses} batches had a NaN/inf loss, over "
+                                f"train.max_bad_losses ({self.cfg.max_bad_losses}); stopping. "
+                                f"Lower train.lr or raise train.warmup, then --resume or restart")
+        log.warning("%s: skipped (%d of at most %d)", where, self.bad_losses,
+                    self.cfg.max_bad_losses)
 
     @property
     def eval_model(self) -> nn.Module:
@@ -179,7 +212,7 @@ class Trainer:
             tokens += batch.num_tgt_tokens
         return nll / max(tokens, 1)
 
-    def validate(self, elapsed: float, train_seconds: float) -> bool:
+    def validate(self) -> bool:
         """Score the dev set, log it, save checkpoints; return True when patience runs out."""
         loss = self.dev_loss()
         hyps = translate_sentences(self.eval_model, self.tokenizer, self.dev["src"], self.recipe.decode,
@@ -188,7 +221,7 @@ class Trainer:
         improved = bleu > self.best_bleu
         record = {"kind": "valid", "step": self.step, "epoch": self.epoch, "dev_loss": loss,
                   "dev_ppl": math.exp(min(loss, 50)), "dev_bleu": bleu, "best": improved,
-                  "elapsed": elapsed, "train_seconds": train_seconds}
+                  "elapsed": self.elapsed, "train_seconds": self.train_seconds}
         for split in self.recipe.train.monitor_splits:
             src, ref = self.monitor[split]
             out = translate_sentences(self.eval_model, self.tokenizer, src, self.recipe.decode,
@@ -196,16 +229,19 @@ class Trainer:
             record[f"{split}_bleu"] = score(out, ref, self.recipe.data.tgt_lang).bleu
         self.metrics.write(record)
         tqdm_write(f"step {self.step}: dev loss {loss:.3f}, dev BLEU {bleu:.2f}"
-                   f"{' (best)' if improved else ''}, {elapsed / 60:.1f} min")
-        self.save(f"step_{self.step}.pt", elapsed)
+                   f"{' (best)' if improved else ''}, {self.elapsed / 60:.1f} min")
+        # Counters first, so the checkpoints hold them; best.pt before step_N.pt, so a crash
+        # between the two resumes from an older step and validates (and saves best.pt) again.
+        self.bad_evals = 0 if improved else self.bad_evals + 1
+        self.best_bleu = max(bleu, self.best_bleu)
         if improved:
-            self.best_bleu, self.bad_evals = bleu, 0
-            self.save("best.pt", elapsed)
-        else:
-            self.bad_evals += 1
+            self.save("best.pt")
+        self.save(f"step_{self.step}.pt")
         return 0 < self.cfg.patience <= self.bad_evals
 
-    def save(self, name: str, elapsed: float) -> None:
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def save(self, name: str) -> Path:
         path = self.run_dir / name
         save_checkpoint(path, self.eval_model, self.recipe, self.tokenizer, self.step, {
             # the optimizer's own weights, to resume from; "model" holds the EMA when enabled
@@ -213,74 +249,128 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
-            "epoch": self.epoch, "best_dev_bleu": max(self.best_bleu, 0.0), "elapsed": elapsed,
+            "rng": rng_state(),
+            "best_dev_bleu": max(self.best_bleu, 0.0),
+            "trainer": {"epoch": self.epoch, "position": self.position, "elapsed": self.elapsed,
+                        "train_seconds": self.train_seconds, "best_bleu": self.best_bleu,
+                        "bad_evals": self.bad_evals, "bad_losses": self.bad_losses,
+                        "window": asdict(self.window)},
         })
         if name.startswith("step_"):
             self.kept.append(path)
             while len(self.kept) > self.cfg.keep_last:
                 self.kept.pop(0).unlink(missing_ok=True)
+        return path
+
+    def restore(self, data: dict) -> None:
+        """Continue from a checkpoint `save()` wrote: weights, optimizer, counters, RNG, log."""
+        if self.ema is not None:
+            self.ema.load_state_dict(data["model"])
+        self.model.load_state_dict(data.get("train_model", data["model"]))
+        self.optimizer.load_state_dict(data["optimizer"])
+        self.scheduler.load_state_dict(data["scheduler"])
+        if data["scaler"]:
+            self.scaler.load_state_dict(data["scaler"])
+        state = data["trainer"]
+        self.step = int(data["step"])
+        self.epoch, self.position = state["epoch"], state["position"]
+        self.elapsed, self.train_seconds = state["elapsed"], state["train_seconds"]
+        self.best_bleu, self.bad_evals = state["best_bleu"], state["bad_evals"]
+        self.bad_losses, self.window = state["bad_losses"], LogWindow(**state["window"])
+        self.kept = sorted((p for p in self.run_dir.glob("step_*.pt")
+                            if 0 <= step_number(p) <= self.step), key=step_number)
+        self.metrics.truncate(self.step)
+        set_rng_state(data["rng"])
 
     # -- the loop ----------------------------------------------------------------------------
 
+    def epoch_batches(self) -> list[list[int]]:
+        """This epoch's batches (lists of pair indices), in the order the seed and epoch fix."""
+        return token_batches([len(s) for s in self.train_pairs.src],
+                             [len(t) for t in self.train_pairs.tgt], self.cfg.max_tokens,
+                             shuffle=True, seed=self.cfg.seed * 1000 + self.epoch)
+
+    def log_train(self, loss: float, tokens: int, seconds: float) -> None:
+        """Add a step to the window; every `log_every` steps write its averages."""
+        w = self.window
+        w.losses.append(loss)
+        w.tokens, w.seconds = w.tokens + tokens, w.seconds + seconds
+        if self.step % self.cfg.log_every:
+            return
+        lr = self.scheduler.get_last_lr()[0]
+        record = {"kind": "train", "step": self.step, "epoch": self.epoch,
+                  "loss": sum(w.losses) / len(w.losses), "lr": lr,
+                  "tok_per_s": w.tokens / max(w.seconds, 1e-9), "elapsed": self.elapsed,
+                  "train_seconds": self.train_seconds}
+        self.metrics.write(record)
+        self.bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.2e}",
+                             tok_s=f"{record['tok_per_s']:.0f}", ep=self.epoch)
+        self.window = LogWindow()
+
     def run(self) -> int:
+        """Train until a stopping rule fires; SIGINT/SIGTERM save last.pt and raise Interrupted."""
         from tqdm.auto import tqdm
 
-        cfg = self.cfg
-        self.monitor = {s: load_split(self.recipe.data, s) for s in cfg.monitor_splits}
-        lengths_src = [len(s) for s in self.train_pairs.src]
-        lengths_tgt = [len(t) for t in self.train_pairs.tgt]
-        bar = tqdm(total=cfg.max_steps or None, disable=not self.progress, unit="step",
-                   dynamic_ncols=True)
-        start = time.perf_counter()
-        train_seconds, last_eval = 0.0, start
-        window_tokens, window_time, window_loss = 0, 0.0, []
+        self.monitor = {s: load_split(self.recipe.data, s) for s in self.cfg.monitor_splits}
+        self.bar = tqdm(total=self.cfg.max_steps or None, initial=self.step,
+                        disable=not self.progress, unit="step", dynamic_ncols=True)
+        self.start = time.perf_counter() - self.elapsed  # a resumed run counts the time spent
+        self.last_eval = time.perf_counter()
         stop = False
-        while not stop:
-            self.epoch += 1
-            batches = token_batches(lengths_src, lengths_tgt, cfg.max_tokens, shuffle=True,
-                                    seed=cfg.seed * 1000 + self.epoch)
-            for first in range(0, len(batches), cfg.accum_steps):
-                group = [collate([self.train_pairs.src[i] for i in idx],
-                                 [self.train_pairs.tgt[i] for i in idx])
-                         for idx in batches[first: first + cfg.accum_steps]]
-                t0 = time.perf_counter()
-                loss, tokens = self.train_step(group)
-                dt = time.perf_counter() - t0
-                train_seconds += dt
-                window_tokens, window_time = window_tokens + tokens, window_time + dt
-                window_loss.append(loss)
-                bar.update(1)
-                if self.step % cfg.log_every == 0:
-                    lr = self.scheduler.get_last_lr()[0]
-                    record = {"kind": "train", "step": self.step, "epoch": self.epoch,
-                              "loss": sum(window_loss) / len(window_loss), "lr": lr,
-                              "tok_per_s": window_tokens / window_time,
-                              "elapsed": time.perf_counter() - start,
-                              "train_seconds": train_seconds}
-                    self.metrics.write(record)
-                    bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.2e}",
-                                    tok_s=f"{record['tok_per_s']:.0f}", ep=self.epoch)
-                    window_tokens, window_time, window_loss = 0, 0.0, []
-                now = time.perf_counter()
-                # Stop early enough that the final validation ends within the budget.
-                out_of_time = cfg.max_minutes and (
-                    now - start + self.last_eval_seconds >= cfg.max_minutes * 60)
-                out_of_steps = cfg.max_steps and self.step >= cfg.max_steps
-                due = (cfg.eval_every and self.step % cfg.eval_every == 0) or (
-                    cfg.eval_every_minutes and now - last_eval >= cfg.eval_every_minutes * 60)
-                if due or out_of_time or out_of_steps:
-                    stop = self.validate(now - start, train_seconds)
-                    last_eval = time.perf_counter()
-                    self.last_eval_seconds = last_eval - now
-                if stop or out_of_time or out_of_steps:
-                    stop = True
-                    break
-            if cfg.max_epochs and self.epoch >= cfg.max_epochs and not stop:
-                self.validate(time.perf_counter() - start, train_seconds)
-                stop = True
-        bar.close()
+        with stop_signals() as received:
+            while not stop:
+                if self.position == 0:
+                    self.epoch += 1
+                batches = self.epoch_batches()
+                while self.position < len(batches) and not stop:
+                    stop = self.next_step(batches)
+                    if received:
+                        raise Interrupted(received[0], self.step, self.save("last.pt"))
+                if not stop:
+                    stop = self.end_epoch()
+        self.bar.close()
         return self.step
+
+    def next_step(self, batches: list[list[int]]) -> bool:
+        """Train on the epoch's next batch group, then log, validate and save as due; True when
+        a stopping rule fired."""
+        cfg = self.cfg
+        group = [collate([self.train_pairs.src[i] for i in idx],
+                         [self.train_pairs.tgt[i] for i in idx])
+                 for idx in batches[self.position: self.position + cfg.accum_steps]]
+        self.position += cfg.accum_steps
+        t0 = time.perf_counter()
+        result = self.train_step(group)
+        now = time.perf_counter()
+        self.train_seconds += now - t0
+        self.elapsed = now - self.start
+        if result is None:  # a skipped batch: no step to log, validate or save
+            return False
+        self.bar.update(1)
+        self.log_train(*result, now - t0)
+        # Stop early enough that the final validation ends within the budget.
+        out_of_time = cfg.max_minutes and (
+            self.elapsed + self.last_eval_seconds >= cfg.max_minutes * 60)
+        out_of_steps = cfg.max_steps and self.step >= cfg.max_steps
+        due = (cfg.eval_every and self.step % cfg.eval_every == 0) or (
+            cfg.eval_every_minutes and now - self.last_eval >= cfg.eval_every_minutes * 60)
+        stop = bool(out_of_time or out_of_steps)
+        if due or stop:
+            stop = self.validate() or stop
+            self.last_eval = time.perf_counter()
+            self.last_eval_seconds = self.last_eval - now
+        elif cfg.save_every and self.step % cfg.save_every == 0:  # step_N.pt serves when due
+            self.save("last.pt")
+        return stop
+
+    def end_epoch(self) -> bool:
+        """Start the next epoch's order; validate and return True when max_epochs are done."""
+        self.position = 0
+        if self.cfg.max_epochs and self.epoch >= self.cfg.max_epochs:
+            self.elapsed = time.perf_counter() - self.start
+            self.validate()
+            return True
+        return False
 
 
 @torch.no_grad()
@@ -304,29 +394,38 @@ def tqdm_write(message: str) -> None:
     sys.stdout.flush()
 
 
-def check_writable(run_dir: Path) -> None:
-    """Fail before any work if the run folder cannot be written."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    probe = run_dir / ".write_probe"
-    try:
-        probe.write_bytes(b"\0" * 1024)
-        probe.unlink()
-    except OSError as e:
-        raise OSError(f"cannot write to the run folder {run_dir}: {e.strerror}") from None
-
-
 def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
-          progress: bool = True) -> TrainResult:
-    """Train a model as the recipe says, then score the best checkpoint on the test splits."""
-    from translate.checkpoint import load_checkpoint
+          progress: bool = True, resume: bool = False) -> TrainResult:
+    """Train a model as the recipe says, then score the best checkpoint on the test splits.
+
+    With `resume`, continue the run in `run_dir` from its newest readable checkpoint instead;
+    `recipe` is then the run's own (see `config.load_run_recipe`).
+    """
+    from translate.checkpoint import checkpoint_tokenizer, load_checkpoint
 
     check_writable(run_dir)
+    checkpoint, tokenizer = None, None
+    if resume:
+        path, checkpoint = newest_checkpoint(run_dir)
+        check_resumable(path, checkpoint, recipe)
+        tokenizer = checkpoint_tokenizer(checkpoint)
+        for leftover in run_dir.glob(".*.tmp*"):  # half-written files of the crashed process
+            leftover.unlink()
     save_recipe(recipe, run_dir / "recipe.yaml")
     handler = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("translate").addHandler(handler)
+    trainer = None
     try:
-        trainer = Trainer(recipe, run_dir, device, progress)
+        trainer = Trainer(recipe, run_dir, device, progress, tokenizer)
+        if checkpoint is not None:
+            try:
+                trainer.restore(checkpoint)
+            except (RuntimeError, KeyError, TypeError, ValueError) as e:
+                raise CheckpointError(f"{path}: cannot resume from it ({type(e).__name__}: "
+                                      f"{first_line(e)})") from None
+            print(f"resuming from {path}: step {trainer.step}, epoch {trainer.epoch}, "
+                  f"batch {trainer.position}", flush=True)
         steps = trainer.run()
         best = load_checkpoint(run_dir / "best.pt", trainer.device)
         results = {}
@@ -342,8 +441,28 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
                                    "bleu": scores.bleu, "chrf": scores.chrf,
                                    "legacy_bleu": scores.legacy_bleu,
                                    "bleu_signature": scores.bleu_signature})
-        trainer.metrics.close()
-        return TrainResult(run_dir, run_dir / "best.pt", best.step, steps, trainer.best_bleu, results)
+        return TrainResult(run_dir, run_dir / "best.pt", best.step, steps, trainer.best_bleu,
+                           results)
     finally:
+        if trainer is not None:
+            trainer.metrics.close()
         logging.getLogger("translate").removeHandler(handler)
         handler.close()
+
+
+def check_resumable(path: Path, checkpoint: dict, recipe: Recipe) -> None:
+    """The checkpoint must come from the recipe's model and tokenizer and have steps left."""
+    saved = checkpoint["recipe"]
+    for section in ("model", "tokenizer"):
+        if saved.get(section) != recipe.to_dict()[section]:
+            raise CheckpointError(f"{path}: its {section} differs from the run's recipe.yaml; "
+                                  f"a run resumes with the {section} it was trained with")
+    max_steps, max_minutes = recipe.train.max_steps, recipe.train.max_minutes
+    if max_steps and checkpoint["step"] >= max_steps:
+        raise ConfigError(f"{path} is at step {checkpoint['step']}, already train.max_steps "
+                          f"({max_steps}); to train on, raise it: --set train.max_steps=N")
+    minutes = checkpoint["trainer"]["elapsed"] / 60
+    if max_minutes and minutes >= max_minutes:
+        raise ConfigError(f"{path} was saved after {minutes:.1f} minutes, already "
+                          f"train.max_minutes ({max_minutes:g}); to train on, raise it: "
+                          f"--set train.max_minutes=N")

@@ -1,9 +1,12 @@
-"""Small helpers: device choice, seeding, autocast."""
+"""Small helpers: device choice, seeding and random states, autocast."""
 
 from __future__ import annotations
 
 import contextlib
 import random
+import signal
+import sys
+import threading
 
 import torch
 
@@ -33,6 +36,26 @@ def pick_device(name: str | None = None) -> torch.device:
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    """The random generators' states (torch CPU and CUDA, Python), as a checkpoint can hold them.
+
+    NumPy's generator is not saved: nothing in training draws from it.
+    """
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what `rng_state()` returned."""
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def cpu_has_amx() -> bool:
@@ -66,3 +89,25 @@ def autocast(device: torch.device, precision: str):
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device.type, dtype=dtype)
+
+
+@contextlib.contextmanager
+def stop_signals():
+    """Within the block, SIGINT and SIGTERM only append their number to the yielded list, so the
+    loop can save a checkpoint and stop cleanly; the old handlers come back afterwards."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():  # signals need the main thread
+        yield received
+        return
+
+    def handler(signum, frame):
+        received.append(signum)
+        print(f"{signal.Signals(signum).name} received: saving a checkpoint after this step",
+              file=sys.stderr, flush=True)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)

@@ -1,0 +1,96 @@
+"""Numerical faults: a NaN/inf loss skips its batch, too many stop training; fp16 overflow."""
+
+import logging
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import translate.training
+from conftest import TINY_OVERRIDES
+from translate.cli import main
+from translate.config import load_recipe
+from translate.loss import label_smoothed_cross_entropy
+from translate.training import Trainer, TrainingError
+
+
+def poisoned_loss(bad_calls: set[int]):
+    """The real loss, made infinite on the calls numbered in `bad_calls` (1-based)."""
+    calls = []
+
+    def loss(*args):
+        calls.append(1)
+        value, nll = label_smoothed_cross_entropy(*args)
+        return (value * float("inf"), nll) if len(calls) in bad_calls else (value, nll)
+
+    return loss
+
+
+@pytest.fixture
+def trainer(recipe_path, small_data, tmp_path):
+    cfg = load_recipe(recipe_path, [*TINY_OVERRIDES, f"data.dataset={small_data}",
+                                    "train.max_bad_losses=1"])
+    return Trainer(cfg, tmp_path, device="cpu", progress=False)
+
+
+def first_batches(trainer, n=1):
+    from translate.data import collate
+
+    return [collate([trainer.train_pairs.src[i] for i in idx],
+                    [trainer.train_pairs.tgt[i] for i in idx])
+            for idx in trainer.epoch_batches()[:n]]
+
+
+def snapshot(module):
+    return {k: v.clone() for k, v in module.state_dict().items()}
+
+
+def test_a_nan_loss_skips_the_batch_without_touching_the_weights(monkeypatch, trainer, caplog):
+    batch = first_batches(trainer)
+    assert trainer.train_step(batch) is not None  # one real step: Adam has state now
+    before = snapshot(trainer.model)
+    adam = trainer.optimizer.state_dict()["state"][0]["exp_avg"].clone()
+    monkeypatch.setattr(translate.training, "label_smoothed_cross_entropy", poisoned_loss({1, 2}))
+    with caplog.at_level(logging.WARNING, logger="translate"):
+        assert trainer.train_step(batch) is None
+    assert "after step 1: inf loss" in caplog.text and "skipped (1 of at most 1)" in caplog.text
+    after = snapshot(trainer.model)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert torch.equal(trainer.optimizer.state_dict()["state"][0]["exp_avg"], adam)
+    assert trainer.step == 1 and trainer.scheduler.last_epoch == 1
+    assert all(p.grad is None for p in trainer.model.parameters())
+    with pytest.raises(TrainingError, match=r"2 batches had a NaN/inf loss, over "
+                                            r"train.max_bad_losses \(1\); stopping"):
+        trainer.train_step(batch)
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
+def test_fp16_overflow_is_skipped_by_the_grad_scaler(trainer):
+    trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    trainer.model.output.weight.register_hook(lambda grad: grad * float("inf"))
+    before = snapshot(trainer.model)
+    loss, tokens = trainer.train_step(first_batches(trainer))
+    assert loss > 0 and tokens > 0  # the loss was fine; the gradient overflowed
+    after = snapshot(trainer.model)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert trainer.scaler.get_scale() == 2.0**15  # backed off for the next step
+
+
+def test_training_goes_on_past_few_bad_losses_and_stops_on_many(monkeypatch, recipe_path,
+                                                                small_data, tmp_path):
+    args = ["train", str(recipe_path), "--data", str(small_data), "--no-progress",
+            *[a for item in TINY_OVERRIDES for a in ("--set", item)], "--set",
+            "train.max_steps=12", "--set", "train.eval_every=0", "--set", "data.test_splits=[]",
+            "--set", "train.max_bad_losses=2"]
+    monkeypatch.setattr(translate.training, "label_smoothed_cross_entropy",
+                        poisoned_loss({3, 5}))
+    result = CliRunner().invoke(main, [*args, "--run-dir", str(tmp_path / "ok")])
+    assert result.exit_code == 0, result.output
+    assert "(step 12 of 12" in result.output
+    monkeypatch.setattr(translate.training, "label_smoothed_cross_entropy",
+                        poisoned_loss({3, 5, 6}))
+    result = CliRunner().invoke(main, [*args, "--run-dir", str(tmp_path / "diverged")])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert errors == [errors[0]] and "3 batches had a NaN/inf loss" in errors[0]
+    assert "after step 3:" in errors[0] and "Lower train.lr" in errors[0]

@@ -1,0 +1,119 @@
+"""Resume: a run stopped halfway and resumed equals the run that was never stopped."""
+
+import json
+import logging
+import shutil
+
+import pytest
+import torch
+
+from conftest import TINY_OVERRIDES
+from translate.checkpoint import newest_checkpoint, read_checkpoint
+from translate.config import load_recipe, load_run_recipe
+from translate.training import train
+
+STEPS = 40
+# Dropout on, so equal losses prove the random state came back; batches of about 4000 tokens,
+# so an epoch (17 steps) ends between checkpoints and the halfway point is mid-epoch.
+RESUME_OVERRIDES = [*TINY_OVERRIDES, "model.dropout=0.1", "train.max_tokens=4000",
+                    "train.eval_every=10", "train.save_every=5", "train.log_every=5",
+                    "train.keep_last=2", "data.test_splits=[]"]
+
+
+def records(run_dir, kind=None) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [r for r in map(json.loads, lines) if kind is None or r["kind"] == kind]
+
+
+def curve(run_dir) -> list[tuple]:
+    """What must not change by resuming: each train record's step, epoch, loss and lr."""
+    return [(r["step"], r["epoch"], r["loss"], r["lr"]) for r in records(run_dir, "train")]
+
+
+def run_tiny(recipe_path, data, steps, run_dir):
+    cfg = load_recipe(recipe_path, [*RESUME_OVERRIDES, f"data.dataset={data}",
+                                    f"train.max_steps={steps}"])
+    return train(cfg, run_dir, device="cpu", progress=False)
+
+
+def resume_tiny(run_dir, steps):
+    return train(load_run_recipe(run_dir, [f"train.max_steps={steps}"]), run_dir, device="cpu",
+                 progress=False, resume=True)
+
+
+@pytest.fixture(scope="module")
+def data(small_data, tmp_path_factory):
+    """The small Multi30k subset with a 20-pair dev split: validations are many and quick here."""
+    folder = shutil.copytree(small_data, tmp_path_factory.mktemp("data") / "multi30k")
+    dev = folder / "validation.jsonl"
+    dev.write_text("".join(dev.read_text(encoding="utf-8").splitlines(True)[:20]),
+                   encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def straight(recipe_path, data, tmp_path_factory):
+    """STEPS steps in one go."""
+    return run_tiny(recipe_path, data, STEPS, tmp_path_factory.mktemp("straight")).run_dir
+
+
+@pytest.fixture(scope="module")
+def halfway(recipe_path, data, tmp_path_factory):
+    """The same recipe stopped after STEPS / 2 steps."""
+    return run_tiny(recipe_path, data, STEPS // 2, tmp_path_factory.mktemp("half")).run_dir
+
+
+@pytest.fixture
+def crashed(halfway, tmp_path):
+    """A copy of the halfway run as a crash leaves it: the log runs past the last checkpoint,
+    its last line cut short, and a temporary checkpoint file was left half-written."""
+    run = shutil.copytree(halfway, tmp_path / "run")
+    with open(run / "metrics.jsonl", "ab") as log:
+        log.write(json.dumps({"kind": "train", "step": 23, "loss": 1.0}).encode() + b"\n")
+        log.write(b'{"kind": "train", "step": 24, "lo\xe2\x82')  # cut inside a character
+    (run / ".last.pt.tmp999").write_bytes(b"half a checkpoint")
+    return run
+
+
+def test_resumed_run_equals_uninterrupted_run(straight, crashed):
+    path, data = newest_checkpoint(crashed)  # last.pt is at step 15: validations save step_N.pt
+    assert path.name == "step_20.pt" and read_checkpoint(crashed / "last.pt")["step"] == 15
+    assert data["step"] == STEPS // 2 and data["trainer"]["epoch"] >= 2
+    assert data["trainer"]["position"] > 0  # mid-epoch
+    resume_tiny(crashed, STEPS)
+    assert curve(crashed) == curve(straight)  # exact: same batches, dropout masks, updates
+    assert [r["step"] for r in records(crashed, "train")] == list(range(5, STEPS + 1, 5))
+    assert [(r["step"], r["dev_loss"], r["dev_bleu"]) for r in records(crashed, "valid")] == \
+        [(r["step"], r["dev_loss"], r["dev_bleu"]) for r in records(straight, "valid")]
+    ours, theirs = read_checkpoint(crashed / "step_40.pt"), read_checkpoint(straight / "step_40.pt")
+    for key in ("model", "train_model"):  # EMA and raw weights
+        assert ours[key].keys() == theirs[key].keys()
+        assert all(torch.equal(ours[key][k], theirs[key][k]) for k in ours[key])
+    adam, their_adam = ours["optimizer"]["state"], theirs["optimizer"]["state"]
+    assert all(torch.equal(adam[i]["exp_avg_sq"], their_adam[i]["exp_avg_sq"]) for i in adam)
+    assert ours["trainer"]["elapsed"] > data["trainer"]["elapsed"]  # the clock went on
+    assert not list(crashed.glob(".*.tmp*"))
+    assert sorted(p.name for p in crashed.glob("step_*.pt")) == ["step_30.pt", "step_40.pt"]
+
+
+def test_resume_skips_corrupt_checkpoints_and_falls_back(straight, crashed, caplog):
+    last, step_20 = crashed / "last.pt", crashed / "step_20.pt"
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # truncated by a crash
+    step_20.write_bytes(b"\0" * 1000)
+    with caplog.at_level(logging.WARNING, logger="translate"):
+        path, data = newest_checkpoint(crashed)
+    assert path.name == "step_10.pt" and data["step"] == 10
+    skipped = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipping")]
+    assert len(skipped) == 2
+    assert str(last) in skipped[0] and str(step_20) in skipped[1]
+    resume_tiny(crashed, 30)
+    assert curve(crashed) == curve(straight)[:6]  # steps 5..30, the ones after 10 trained again
+    assert read_checkpoint(step_20)["step"] == 20  # the damaged file was written again
+
+
+def test_resume_with_nothing_readable_names_the_folder(halfway, tmp_path):
+    run = shutil.copytree(halfway, tmp_path / "run")
+    for path in run.glob("*.pt"):
+        path.write_bytes(b"")
+    with pytest.raises(ValueError, match=f"no readable checkpoint to resume from in {run}"):
+        resume_tiny(run, STEPS)

@@ -1,0 +1,72 @@
+"""The run's metrics log: one JSON object a line (metrics.jsonl), mirrored to TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+
+class MetricsLog:
+    """Append-only JSON lines (metrics.jsonl), mirrored to TensorBoard when it is installed."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.file = open(path, "a", encoding="utf-8")
+        self.tb = self._tensorboard()
+
+    def _tensorboard(self, purge_step: Optional[int] = None):
+        """A TensorBoard writer, hiding earlier events from `purge_step` on; None without it."""
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            return SummaryWriter(str(self.path.parent / "tensorboard"), purge_step=purge_step)
+        except Exception:  # tensorboard is optional
+            return None
+
+    def write(self, record: dict) -> None:
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+        if self.tb is not None:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key not in ("step", "kind"):
+                    self.tb.add_scalar(f"{record['kind']}/{key}", value, record["step"])
+
+    def truncate(self, step: int) -> None:
+        """Keep only the records up to `step` (resuming from it), so no step is logged twice.
+
+        Test-score records go too (the run goes on), as does a line cut short by a crash;
+        TensorBoard hides its events after `step`.
+        """
+        self.file.close()
+        kept = []
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("step", 0) <= step and record.get("kind") != "test":
+                kept.append(line + "\n")
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        os.replace(tmp, self.path)
+        self.file = open(self.path, "a", encoding="utf-8")
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = self._tensorboard(purge_step=step + 1)
+
+    def close(self) -> None:
+        self.file.close()
+        if self.tb is not None:
+            self.tb.close()
+
+
+@dataclass
+class LogWindow:
+    """Steps since the last train record: averaged into the next one (and saved for resuming)."""
+
+    losses: list = field(default_factory=list)
+    tokens: int = 0
+    seconds: float = 0.0
