@@ -7,7 +7,9 @@ trained model, each with its BLEU so that speed is compared at equal quality.
 
 Timed: the whole split, text in and text out (SentencePiece included), batches of 32 sentences
 sorted by length, greedy and beam 5, on `--threads` CPU threads. Systems take turns round by round
-so machine noise hits them alike; the figure is the median over rounds.
+so machine noise hits them alike; the figure is the median over rounds. Ours, HF and CT2 each run
+in a worker process of their own (CTranslate2's OpenMP threads, once they have run, halve the
+speed of PyTorch code in the same process), and only one works at a time.
 
   ours         `translate_sentences` in fp32, in bf16 autocast, and with int8 dynamic quantization.
   hf m2m100    `M2M100ForConditionalGeneration.generate` holding our weights. MarianMT is post-norm
@@ -289,32 +291,41 @@ def check_peers(model: Transformer, tokenizer: Tokenizer, systems: dict[str, Tra
     return report
 
 
-def build_systems(loaded: Loaded, cfg: DecodeConfig, threads: int, ct2_dir: Path
-                  ) -> dict[str, Translate]:
+FAMILIES = ("ours", "hf", "ct2")  # systems that share a process when timed
+
+
+def build_systems(loaded: Loaded, cfg: DecodeConfig, threads: int, ct2_dir: Path,
+                  families: Sequence[str] = FAMILIES) -> dict[str, Translate]:
+    """The systems of `families`; CTranslate2 converts our model into `ct2_dir` unless there."""
     model, tok = loaded.model, loaded.tokenizer
-
-    def ours(m: nn.Module, precision: str = "fp32") -> Translate:
-        return lambda s, beam: translate_sentences(m, tok, s, replace(cfg, beam=beam), "cpu",
-                                                   precision)
-
-    int8 = {n for n, m in model.named_modules() if isinstance(m, nn.Linear) and "qkv" not in n}
-    with warnings.catch_warnings():  # torch.ao.quantization is deprecated in favour of torchao
-        warnings.simplefilter("ignore")
-        quantized = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), int8, torch.qint8)
-    systems = {"ours fp32": ours(model), "ours bf16": ours(model, "bf16"),
-               "ours int8": ours(quantized)}
     peer_args = (tok, cfg, model.cfg.max_positions)
-    try:
-        systems["hf m2m100"] = HF(to_m2m100(model), *peer_args)
-    except ImportError:
-        print("transformers is not installed: measuring without the Hugging Face peer")
-    try:
-        vocabulary = [tok.tgt.id_to_piece(i) for i in range(tok.tgt_vocab_size)]
-        to_ctranslate2(model, vocabulary, ct2_dir)
-        for ct in ("float32", "int8"):
-            systems[f"ct2 {ct}"] = CT2(ct2_dir, vocabulary, ct, threads, *peer_args)
-    except ImportError:
-        print("ctranslate2 is not installed: measuring without the CTranslate2 peer")
+    systems: dict[str, Translate] = {}
+    if "ours" in families:
+        def ours(m: nn.Module, precision: str = "fp32") -> Translate:
+            return lambda s, beam: translate_sentences(m, tok, s, replace(cfg, beam=beam), "cpu",
+                                                       precision)
+
+        int8 = {n for n, m in model.named_modules() if isinstance(m, nn.Linear) and "qkv" not in n}
+        with warnings.catch_warnings():  # torch.ao.quantization is deprecated in favour of torchao
+            warnings.simplefilter("ignore")
+            quantized = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), int8,
+                                                               torch.qint8)
+        systems.update({"ours fp32": ours(model), "ours bf16": ours(model, "bf16"),
+                        "ours int8": ours(quantized)})
+    if "hf" in families:
+        try:
+            systems["hf m2m100"] = HF(to_m2m100(model), *peer_args)
+        except ImportError:
+            print("transformers is not installed: measuring without the Hugging Face peer")
+    if "ct2" in families:
+        try:
+            vocabulary = [tok.tgt.id_to_piece(i) for i in range(tok.tgt_vocab_size)]
+            if not (ct2_dir / "model.bin").exists():
+                to_ctranslate2(model, vocabulary, ct2_dir)
+            for ct in ("float32", "int8"):
+                systems[f"ct2 {ct}"] = CT2(ct2_dir, vocabulary, ct, threads, *peer_args)
+        except ImportError:
+            print("ctranslate2 is not installed: measuring without the CTranslate2 peer")
     return systems
 
 
@@ -327,23 +338,61 @@ def cpu_name() -> str:
         return platform.processor() or platform.machine()
 
 
-def time_rounds(systems: dict[str, Translate], src: list[str], rounds: int
+def serve(family: str, checkpoint: Path, ct2_dir: Path, threads: int, conn) -> None:
+    """A worker process holding one family's systems: it answers (name, beam, sentences) with
+    (seconds, translations) until it receives None."""
+    torch.set_num_threads(threads)
+    cfg = DecodeConfig(lenpen=LENPEN, batch_size=BATCH, max_tokens=10 ** 9)
+    systems = build_systems(load_checkpoint(checkpoint), cfg, threads, ct2_dir, [family])
+    conn.send(list(systems))
+    while (job := conn.recv()) is not None:
+        name, beam, sentences = job
+        t0 = time.perf_counter()
+        out = systems[name](sentences, beam)
+        conn.send((time.perf_counter() - t0, out))
+
+
+def time_rounds(checkpoint: Path, ct2_dir: Path, threads: int, src: list[str], rounds: int
                 ) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
-    """Seconds per round and first-round outputs, keyed "system mode"; systems take turns."""
-    for system in systems.values():  # warm-up: allocator, oneDNN kernels, CT2 caches
-        for beam in MODES.values():
-            system(src[:BATCH], beam)
-    seconds: dict[str, list[float]] = {f"{n} {m}": [] for n in systems for m in MODES}
+    """Seconds per round and first-round outputs, keyed "system mode"; systems take turns.
+
+    Each family runs in a process of its own, and only one process works at a time: in one
+    process, CTranslate2's OpenMP threads slow PyTorch's down by about 2x after it has run.
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    workers = {}
+    for family in FAMILIES:
+        conn, child = ctx.Pipe()
+        process = ctx.Process(target=serve, args=(family, checkpoint, ct2_dir, threads, child),
+                              daemon=True)
+        process.start()
+        workers[family] = (process, conn, conn.recv())  # the names of its systems
+
+    def run(conn, name: str, beam: int, sentences: list[str]):
+        conn.send((name, beam, sentences))
+        return conn.recv()
+
+    for _, conn, names in workers.values():  # warm-up: allocator, oneDNN kernels, CT2 caches
+        for name in names:
+            for beam in MODES.values():
+                run(conn, name, beam, src[:BATCH])
+    seconds: dict[str, list[float]] = {f"{n} {m}": [] for *_, names in workers.values()
+                                       for n in names for m in MODES}
     outputs: dict[str, list[str]] = {}
     for r in range(rounds):
-        for name, system in systems.items():
-            for mode, beam in MODES.items():
-                t0 = time.perf_counter()
-                out = system(src, beam)
-                seconds[f"{name} {mode}"].append(time.perf_counter() - t0)
-                outputs.setdefault(f"{name} {mode}", out)
+        for _, conn, names in workers.values():
+            for name in names:
+                for mode, beam in MODES.items():
+                    took, out = run(conn, name, beam, src)
+                    seconds[f"{name} {mode}"].append(took)
+                    outputs.setdefault(f"{name} {mode}", out)
         print(f"round {r + 1}: " + ", ".join(f"{k} {len(src) / v[-1]:.1f}"
-                                             for k, v in seconds.items()))
+                                             for k, v in seconds.items()), flush=True)
+    for process, conn, _ in workers.values():
+        conn.send(None)
+        process.join()
     return seconds, outputs
 
 
@@ -365,10 +414,13 @@ def main() -> None:
         src, ref = src[: args.limit], ref[: args.limit]
     cfg = DecodeConfig(lenpen=LENPEN, batch_size=BATCH, max_tokens=10 ** 9)
     with tempfile.TemporaryDirectory() as tmp:
-        systems = build_systems(loaded, cfg, args.threads, Path(tmp) / "ct2")
+        ct2_dir = Path(tmp) / "ct2"
+        systems = build_systems(loaded, cfg, args.threads, ct2_dir)
         checks = check_peers(loaded.model, loaded.tokenizer, systems, src, ref,
                              min(args.check, len(src)))
-        seconds, outputs = time_rounds(systems, src, args.rounds)
+        names = list(systems)
+        del systems  # timed in worker processes, one family each
+        seconds, outputs = time_rounds(args.checkpoint, ct2_dir, args.threads, src, args.rounds)
 
     rate = {k: len(src) / statistics.median(v) for k, v in seconds.items()}
     bleu = {k: score(out, ref).bleu for k, out in outputs.items()}
@@ -382,7 +434,7 @@ def main() -> None:
               "machine": machine, "checks": checks, "systems": {}, "ratios": {}}
     print(f"\n{'system':12s} {'greedy sent/s':>14s} {'beam5 sent/s':>13s} "
           f"{'BLEU greedy':>12s} {'BLEU beam5':>11s}")
-    for name in systems:
+    for name in names:
         result["systems"][name] = {key: value for m in MODES for key, value in [
             (f"{m}_sent_per_s", rate[f"{name} {m}"]), (f"bleu_{m}", bleu[f"{name} {m}"]),
             (f"{m}_round_seconds", seconds[f"{name} {m}"])]}
@@ -390,7 +442,7 @@ def main() -> None:
               f"{bleu[f'{name} greedy']:12.2f} {bleu[f'{name} beam5']:11.2f}")
     print()
     for peer in ("hf m2m100", "ct2 float32"):
-        for mode in MODES if peer in systems else ():
+        for mode in MODES if peer in names else ():
             ratio = rate[f"ours fp32 {mode}"] / rate[f"{peer} {mode}"]
             result["ratios"][f"ours fp32 / {peer} {mode}"] = ratio
             print(f"ours fp32 / {peer} {mode}: {ratio:.2f}x the sentences/s")
