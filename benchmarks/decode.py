@@ -11,7 +11,8 @@ so machine noise hits them alike; the figure is the median over rounds. Ours, HF
 in a worker process of their own (CTranslate2's OpenMP threads, once they have run, halve the
 speed of PyTorch code in the same process), and only one works at a time.
 
-  ours         `translate_sentences` in fp32, in bf16 autocast, and with int8 dynamic quantization.
+  ours         `translate_sentences` in fp32, in bf16 autocast, and with int8 dynamic quantization
+               of every Linear (`translate.quantize.quantize_int8`, as `--precision int8`).
   hf m2m100    `M2M100ForConditionalGeneration.generate` holding our weights. MarianMT is post-norm
                and cannot hold our pre-norm model; M2M100 is pre-norm with final LayerNorms and
                sqrt(D)-scaled embeddings, and we overwrite its sinusoidal table with ours at the
@@ -26,8 +27,6 @@ What the peers cannot match exactly:
     logprob / len ** alpha. Both get alpha = 0.6; the BLEU columns show what that changes.
   - Length limit: ours is 1.5 * |src| + 10 tokens per sentence (|src| with EOS, capped at the
     model's positions); HF and CT2 take one limit per batch, that of its longest source.
-  - int8: our attention slices the fused qkv_proj weight (`F.linear(x, w[:D])`), which a
-    dynamically quantized Linear lacks, so those layers stay fp32 (the others are int8).
 
 `transformers` and `ctranslate2` are not project dependencies: a peer not installed is skipped.
 """
@@ -35,7 +34,6 @@ What the peers cannot match exactly:
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import platform
@@ -43,7 +41,6 @@ import statistics
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -57,6 +54,7 @@ from translate.config import DecodeConfig
 from translate.data import load_split, pad
 from translate.evaluation import length_batches, score, translate_sentences
 from translate.models.transformer import Embedding, Transformer
+from translate.quantize import quantize_int8
 from translate.tokenizer import BOS, EOS, PAD, Tokenizer
 
 LENPEN, BATCH, MODES = 0.6, 32, {"greedy": 1, "beam5": 5}
@@ -305,13 +303,8 @@ def build_systems(loaded: Loaded, cfg: DecodeConfig, threads: int, ct2_dir: Path
             return lambda s, beam: translate_sentences(m, tok, s, replace(cfg, beam=beam), "cpu",
                                                        precision)
 
-        int8 = {n for n, m in model.named_modules() if isinstance(m, nn.Linear) and "qkv" not in n}
-        with warnings.catch_warnings():  # torch.ao.quantization is deprecated in favour of torchao
-            warnings.simplefilter("ignore")
-            quantized = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), int8,
-                                                               torch.qint8)
         systems.update({"ours fp32": ours(model), "ours bf16": ours(model, "bf16"),
-                        "ours int8": ours(quantized)})
+                        "ours int8": ours(quantize_int8(model))})
     if "hf" in families:
         try:
             systems["hf m2m100"] = HF(to_m2m100(model), *peer_args)

@@ -119,13 +119,17 @@ def _resume_recipe(run_dir: str, overrides: tuple, data_path: str | None):
               help="Lines read, decoded and written at a time, so any input size fits in memory.")
 @click.option("--interactive", is_flag=True, help="Translate each line as soon as it is typed.")
 @click.option("--device", default=None, help="cpu, cuda, mps (default: best available).")
+@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]),
+              default=None, help="Decoding precision (default: the recipe's train.precision); "
+              "int8 quantizes the linear layers, CPU only.")
 def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max_tokens,
-           batch_size, chunk, interactive, device):
+           batch_size, chunk, interactive, device, precision):
     """Translate raw sentences with a CHECKPOINT (a .pt file or a run folder)."""
     from dataclasses import replace
 
     from translate.checkpoint import load_checkpoint
     from translate.evaluation import decode_sentences
+    from translate.quantize import decoding_model
     from translate.utils import pick_device, resolve_precision
 
     try:
@@ -136,11 +140,12 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max
         cfg = replace(loaded.recipe.decode, **{k: v for k, v in changes.items() if v is not None})
         if nbest > cfg.beam:
             raise click.UsageError(f"--nbest ({nbest}) cannot exceed the beam size ({cfg.beam})")
-        precision = resolve_precision(loaded.recipe.train.precision, dev)
+        model, precision = decoding_model(
+            loaded.model, resolve_precision(precision or loaded.recipe.train.precision, dev))
         with _open_input(input_path) as source, _open_output(output_path) as sink:
             first = 0
             for lines in _chunks(source, input_path, 1 if interactive else chunk):
-                found = decode_sentences(loaded.model, loaded.tokenizer, lines, cfg, dev, precision,
+                found = decode_sentences(model, loaded.tokenizer, lines, cfg, dev, precision,
                                          progress=output_path != "-" and sys.stderr.isatty(),
                                          nbest=nbest, with_scores=scores)
                 sink.write("".join(_format(first + i, hyps, nbest, scores)
@@ -216,7 +221,11 @@ def _read_input(path: str) -> list[str]:
 @click.option("--lenpen", type=float, default=None, help="Length penalty alpha for beam search.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option("--device", default=None)
-def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_json, device):
+@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]),
+              default=None, help="Decoding precision (default: the recipe's train.precision); "
+              "int8 quantizes the linear layers, CPU only.")
+def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_json, device,
+             precision):
     """Score a CHECKPOINT on named splits, or score --hyp against --ref."""
     from dataclasses import asdict
 
@@ -233,7 +242,8 @@ def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_jso
                 raise DataError(f"{hyp} has {len(hyps)} lines, {ref} has {len(refs)}")
             results = {Path(hyp).name: score(hyps, refs, lang or "de")}
         elif checkpoint:
-            results = _score_checkpoint(checkpoint, splits, data_path, device, beam, lenpen)
+            results = _score_checkpoint(checkpoint, splits, data_path, device, beam, lenpen,
+                                        precision)
         else:
             raise click.UsageError("give a CHECKPOINT, or --hyp and --ref")
     except USER_ERRORS as e:
@@ -245,12 +255,14 @@ def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_jso
             click.echo(f"== {name} ==\n{s.summary()}")
 
 
-def _score_checkpoint(checkpoint, splits, data_path, device, beam=None, lenpen=None) -> dict:
+def _score_checkpoint(checkpoint, splits, data_path, device, beam=None, lenpen=None,
+                      precision=None) -> dict:
     from dataclasses import replace
 
     from translate.checkpoint import load_checkpoint
     from translate.data import load_split
     from translate.evaluation import score, translate_sentences
+    from translate.quantize import decoding_model
     from translate.utils import pick_device, resolve_precision
 
     dev = pick_device(device)
@@ -259,14 +271,15 @@ def _score_checkpoint(checkpoint, splits, data_path, device, beam=None, lenpen=N
     if data_path:
         data_cfg = replace(data_cfg, dataset=data_path)
         os.environ.pop("TRANSLATE_DATA", None)
-    precision = resolve_precision(loaded.recipe.train.precision, dev)
+    model, precision = decoding_model(
+        loaded.model, resolve_precision(precision or loaded.recipe.train.precision, dev))
     changes = {"beam": beam, "lenpen": lenpen}
     decode_cfg = replace(loaded.recipe.decode, **{k: v for k, v in changes.items() if v is not None})
     results = {}
     for split in splits or data_cfg.test_splits:
         src, ref = load_split(data_cfg, split)
-        hyps = translate_sentences(loaded.model, loaded.tokenizer, src, decode_cfg, dev,
-                                   precision, progress=sys.stderr.isatty())
+        hyps = translate_sentences(model, loaded.tokenizer, src, decode_cfg, dev, precision,
+                                   progress=sys.stderr.isatty())
         results[split] = score(hyps, ref, data_cfg.tgt_lang)
     return results
 

@@ -103,7 +103,8 @@ class TrainConfig:
     label_smoothing: float = 0.1
     clip_norm: float = 1.0  # 0 disables clipping
     ema_decay: float = 0.0  # exponential moving average of the weights (e.g. 0.999); 0: off
-    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (fp16 only on CUDA, with a grad scaler)
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (fp16 only on CUDA, with a grad scaler);
+    # decode/evaluate also take --precision int8 (CPU)
     max_steps: int = 0  # 0: no step limit
     max_epochs: int = 0  # 0: no epoch limit
     max_minutes: float = 0.0  # wall-clock budget for training; 0: none

@@ -111,6 +111,9 @@ class Trainer:
         self.cfg = recipe.train
         self.device = pick_device(device)
         self.precision = resolve_precision(self.cfg.precision, self.device)
+        if self.precision == "int8":
+            raise ConfigError("train.precision int8 is for decoding only (translate decode/"
+                              "evaluate --precision int8); train in fp32, bf16 or fp16")
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         seed_everything(self.cfg.seed)

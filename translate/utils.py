@@ -78,8 +78,12 @@ def resolve_precision(precision: str, device: torch.device) -> str:
         return "bf16" if device.type == "cpu" and cpu_has_amx() else "fp32"
     if precision == "fp16" and device.type != "cuda":
         raise ValueError("precision fp16 needs a CUDA device; use bf16 or fp32")
-    if precision not in ("fp32", "bf16", "fp16"):
-        raise ValueError(f"precision '{precision}' is unknown; valid: auto, fp32, bf16, fp16")
+    if precision == "int8" and device.type != "cpu":
+        raise ValueError("precision int8 (dynamic quantization) runs on the CPU only; add "
+                         "--device cpu, or use fp16/bf16")
+    if precision not in ("fp32", "bf16", "fp16", "int8"):
+        raise ValueError(f"precision '{precision}' is unknown; valid: auto, fp32, bf16, fp16, "
+                         f"int8 (decoding on the CPU)")
     return precision
 
 

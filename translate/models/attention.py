@@ -161,6 +161,23 @@ class MultiHeadAttention(nn.Module):
                 cache["k"], cache["v"] = k, v
         return q, k, v
 
+    def unfuse(self) -> None:
+        """Replace the fused (3D, D) Q/K/V projection by three (D, D) ones holding its weights,
+        so that each is a plain Linear (as int8 dynamic quantization needs); outputs are equal."""
+        if not self.fused_qkv:
+            return
+        D, fused = self.d_model, self.qkv_proj
+        for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
+            part = nn.Linear(D, D, bias=fused.bias is not None, device=fused.weight.device,
+                             dtype=fused.weight.dtype)
+            with torch.no_grad():
+                part.weight.copy_(fused.weight[i * D: (i + 1) * D])
+                if fused.bias is not None:
+                    part.bias.copy_(fused.bias[i * D: (i + 1) * D])
+            setattr(self, name, part)
+        del self.qkv_proj
+        self.fused_qkv = False
+
     def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
         B, L, _ = t.shape
         return t.view(B, L, self.heads, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)

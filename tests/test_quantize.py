@@ -1,0 +1,75 @@
+"""int8 decoding: the fused Q/K/V split keeps outputs, the quantized model translates real data."""
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from translate.checkpoint import load_checkpoint
+from translate.cli import main
+from translate.data import pad
+from translate.models.attention import MultiHeadAttention, padding_mask
+from translate.quantize import quantize_int8
+from translate.tokenizer import BOS
+from translate.utils import resolve_precision
+
+
+def test_unfused_projection_gives_the_same_outputs():
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(32, 4).eval()
+    x, memory = torch.randn(3, 5, 32), torch.randn(3, 7, 32)
+    mask = padding_mask(torch.tensor([[5] * 7, [5] * 4 + [0] * 3, [5] * 2 + [0] * 5]))
+    calls = [dict(), dict(causal=True), dict(context=memory, mask=mask)]
+    before = [attn(x, **kw)[0] for kw in calls]
+    attn.unfuse()
+    assert not hasattr(attn, "qkv_proj") and not attn.fused_qkv
+    for kw, ref in zip(calls, before):
+        torch.testing.assert_close(attn(x, **kw)[0], ref)
+
+
+@pytest.mark.parametrize("run", ["trained_run", "trained_rnn_run"])
+def test_int8_model_scores_real_references_like_fp32(run, request, small_data):
+    loaded = load_checkpoint(request.getfixturevalue(run).run_dir)
+    rows = [json.loads(line) for line in (small_data / "test_2016_flickr.jsonl").open()][:16]
+    src = pad([torch.tensor(ids) for ids in loaded.tokenizer.encode_src([r["en"] for r in rows])])
+    tgt = pad([torch.tensor([BOS] + ids) for ids in loaded.tokenizer.encode_tgt([r["de"] for r in rows])])
+    int8 = quantize_int8(loaded.model)
+    n_int8 = sum(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in int8.modules())
+    assert n_int8 == sum(isinstance(m, torch.nn.Linear) for m in loaded.model.modules()) + \
+        2 * sum(isinstance(m, MultiHeadAttention) for m in loaded.model.modules())  # Q/K/V split
+    real = tgt[:, 1:] != 0
+    with torch.no_grad():
+        fp32 = loaded.model(src, tgt[:, :-1]).log_softmax(-1)
+        quantized = int8(src, tgt[:, :-1]).log_softmax(-1)
+    gold = tgt[:, 1:, None]
+    ref_lp, int8_lp = fp32.gather(-1, gold)[real], quantized.gather(-1, gold)[real]
+    # the reference tokens keep their log-probabilities within a few percent
+    assert abs(float(int8_lp.mean() - ref_lp.mean())) < 0.05 * abs(float(ref_lp.mean()))
+    assert float((fp32.argmax(-1) == quantized.argmax(-1))[real].float().mean()) > 0.9
+    assert not any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear)
+                   for m in loaded.model.modules())  # the original is left as it was
+
+
+def test_decode_int8_through_the_cli(trained_run, small_data):
+    lines = [json.loads(line)["en"] for line in (small_data / "test_2016_flickr.jsonl").open()][:12]
+    runner = CliRunner()
+    fp32 = runner.invoke(main, ["decode", str(trained_run.run_dir), "--precision", "fp32"],
+                         input="\n".join(lines) + "\n")
+    int8 = runner.invoke(main, ["decode", str(trained_run.run_dir), "--precision", "int8",
+                                "--beam", "3"], input="\n".join(lines) + "\n")
+    assert fp32.exit_code == 0 and int8.exit_code == 0, int8.output
+    assert len(int8.stdout.splitlines()) == len(fp32.stdout.splitlines()) == 12
+    assert all(line.strip() for line in int8.stdout.splitlines())
+
+
+def test_int8_is_for_decoding_on_the_cpu(recipe_path, small_data, tmp_path):
+    assert resolve_precision("int8", torch.device("cpu")) == "int8"
+    with pytest.raises(ValueError, match="CPU only"):
+        resolve_precision("int8", torch.device("cuda"))
+    result = CliRunner().invoke(main, ["train", str(recipe_path), "--data", str(small_data),
+                                       "--run-dir", str(tmp_path / "run"),
+                                       "--set", "train.precision=int8"])
+    assert result.exit_code != 0
+    assert "Error: train.precision int8 is for decoding only" in result.output
+    assert "Traceback" not in result.output
