@@ -130,7 +130,7 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max
     from translate.checkpoint import load_checkpoint
     from translate.evaluation import decode_sentences
     from translate.quantize import decoding_model
-    from translate.utils import pick_device, resolve_precision
+    from translate.utils import pick_device
 
     try:
         dev = pick_device(device)
@@ -140,8 +140,8 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max
         cfg = replace(loaded.recipe.decode, **{k: v for k, v in changes.items() if v is not None})
         if nbest > cfg.beam:
             raise click.UsageError(f"--nbest ({nbest}) cannot exceed the beam size ({cfg.beam})")
-        model, precision = decoding_model(
-            loaded.model, resolve_precision(precision or loaded.recipe.train.precision, dev))
+        model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
+                                          dev)
         with _open_input(input_path) as source, _open_output(output_path) as sink:
             first = 0
             for lines in _chunks(source, input_path, 1 if interactive else chunk):
@@ -263,7 +263,7 @@ def _score_checkpoint(checkpoint, splits, data_path, device, beam=None, lenpen=N
     from translate.data import load_split
     from translate.evaluation import score, translate_sentences
     from translate.quantize import decoding_model
-    from translate.utils import pick_device, resolve_precision
+    from translate.utils import pick_device
 
     dev = pick_device(device)
     loaded = load_checkpoint(checkpoint, dev)
@@ -271,8 +271,8 @@ def _score_checkpoint(checkpoint, splits, data_path, device, beam=None, lenpen=N
     if data_path:
         data_cfg = replace(data_cfg, dataset=data_path)
         os.environ.pop("TRANSLATE_DATA", None)
-    model, precision = decoding_model(
-        loaded.model, resolve_precision(precision or loaded.recipe.train.precision, dev))
+    model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
+                                      dev)
     changes = {"beam": beam, "lenpen": lenpen}
     decode_cfg = replace(loaded.recipe.decode, **{k: v for k, v in changes.items() if v is not None})
     results = {}

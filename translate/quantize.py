@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from translate.models.attention import MultiHeadAttention
+from translate.utils import resolve_precision
 
 
 def quantize_int8(model: nn.Module) -> nn.Module:
@@ -27,9 +28,14 @@ def quantize_int8(model: nn.Module) -> nn.Module:
         return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
 
 
-def decoding_model(model: nn.Module, precision: str) -> tuple[nn.Module, str]:
-    """The model to decode with and the autocast precision to run it under: int8 quantizes a
-    copy and runs it without autocast; every other precision keeps the model as it is."""
+def decoding_model(model: nn.Module, precision: str, device: torch.device
+                   ) -> tuple[nn.Module, str]:
+    """The model to decode with on `device` and the autocast precision to run it under.
+
+    `precision` is a recipe's or the command line's name (auto, fp32, bf16, fp16, int8): int8
+    quantizes a copy and runs it without autocast; the others keep the model as it is.
+    """
+    precision = resolve_precision(precision, device)
     if precision == "int8":
         return quantize_int8(model), "fp32"
     return model, precision
