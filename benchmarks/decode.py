@@ -56,6 +56,7 @@ from translate.evaluation import length_batches, score, translate_sentences
 from translate.models.transformer import Embedding, Transformer
 from translate.quantize import quantize_int8
 from translate.tokenizer import BOS, EOS, PAD, Tokenizer
+from translate.utils import cpu_name
 
 LENPEN, BATCH, MODES = 0.6, 32, {"greedy": 1, "beam5": 5}
 Translate = Callable[[Sequence[str], int], list[str]]  # (sentences, beam) -> translations
@@ -320,15 +321,6 @@ def build_systems(loaded: Loaded, cfg: DecodeConfig, threads: int, ct2_dir: Path
         except ImportError:
             print("ctranslate2 is not installed: measuring without the CTranslate2 peer")
     return systems
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def serve(family: str, checkpoint: Path, ct2_dir: Path, threads: int, conn) -> None:

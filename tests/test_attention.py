@@ -121,3 +121,20 @@ def test_additive_attention_beams_share_a_memory_row():
     torch.testing.assert_close(context, ref)
     torch.testing.assert_close(weights, ref_weights)
     torch.testing.assert_close(weights.sum(-1), torch.ones(2 * beam))
+
+
+@pytest.mark.parametrize("queries", [1, 5])
+def test_explicit_path_matches_the_fused_kernel_and_serves_beam_steps(queries):
+    """Under no_grad on the CPU a sentence's beams (2-32 queries) use explicit matmuls."""
+    from translate.models.attention import explicit_attention, few_queries_on_cpu, sdpa
+
+    q, k, v = torch.randn(B, H, queries, 8), torch.randn(B, H, S, 8), torch.randn(B, H, S, 8)
+    mask = padding_mask(torch.tensor([[5] * S, [5] * 4 + [0] * 3, [5] * 2 + [0] * 5]))
+    with torch.no_grad():
+        assert few_queries_on_cpu(q) == (queries > 1)
+        assert not few_queries_on_cpu(torch.randn(B, H, 33, 8))
+        out, weights = explicit_attention(q, k, v, mask)
+        torch.testing.assert_close(out, sdpa(q, k, v, mask, 0.0, False), atol=1e-5, rtol=1e-5)
+    assert not few_queries_on_cpu(q)  # autograd on: training keeps the fused kernel
+    assert (weights[1, ..., 4:] == 0).all() and (weights[2, ..., 2:] == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, queries))

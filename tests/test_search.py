@@ -45,8 +45,8 @@ class ToyModel(torch.nn.Module):
     def encode(self, src):
         return Prefixes(src)  # anything with index_select
 
-    def init_state(self, memory, beam=1):
-        return Prefixes(torch.zeros(memory.tokens.size(0) * beam, 0, dtype=torch.long))
+    def init_state(self, memory):
+        return Prefixes(torch.zeros(memory.tokens.size(0), 0, dtype=torch.long))
 
     def decode(self, tgt_in, memory, state=None):
         state = state or self.init_state(memory)
@@ -103,6 +103,41 @@ def test_beam_one_equals_greedy_token_for_token(index):
     beam = [hyps[0].tokens for hyps in beam_search(model, src, 1, limits)]
     assert beam == greedy
     assert all(len(g) <= n for g, n in zip(greedy, limits.tolist()))
+
+
+class Uncached(torch.nn.Module):
+    """A model's search interface without its cache: every step recomputes the whole prefix
+    against the memory copied per row, so no cache, reordering or shared memory row is used."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def encode(self, src):
+        return self.model.encode(src)
+
+    def init_state(self, memory):
+        return Prefixes(torch.zeros(memory.states.size(0), 0, dtype=torch.long))
+
+    def decode(self, tgt_in, memory, state):
+        tokens = torch.cat([state.tokens, tgt_in], dim=1)  # (N, t) BOS first
+        rows = torch.arange(memory.states.size(0)).repeat_interleave(
+            tokens.size(0) // memory.states.size(0))
+        logits, _ = self.model.decode(tokens, memory.index_select(rows))
+        return logits[:, -1:], Prefixes(tokens)
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["transformer", "rnn"])
+def test_cached_beam_search_equals_uncached_token_for_token(index):
+    model = small_models()[index]
+    src = torch.randint(4, 40, (5, 8), generator=torch.Generator().manual_seed(7))
+    src[1, 3:] = src[3, 6:] = 0
+    limits = torch.tensor([4, 11, 2, 9, 6])  # sentences leave the batch at different steps
+    cached = beam_search(model, src, 4, limits, nbest=4)
+    uncached = beam_search(Uncached(model), src, 4, limits, nbest=4)
+    assert [[h.tokens for h in hs] for hs in cached] == [[h.tokens for h in hs] for hs in uncached]
+    for hs, us in zip(cached, uncached):
+        assert [h.logprob for h in hs] == pytest.approx([u.logprob for u in us], abs=1e-4)
 
 
 @pytest.mark.parametrize("index", [0, 1], ids=["transformer", "rnn"])

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from translate.models.attention import MultiHeadAttention
+from translate.models.linear import Linear
 from translate.utils import resolve_precision
 
 
@@ -23,6 +24,8 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
             module.unfuse()
+        if type(module) is Linear:  # it differs from nn.Linear only in forward; quantize_dynamic
+            module.__class__ = nn.Linear  # converts modules of type nn.Linear exactly
     with warnings.catch_warnings():  # torch.ao.quantization is deprecated in favour of torchao
         warnings.simplefilter("ignore")
         return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)

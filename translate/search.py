@@ -1,7 +1,7 @@
 """Search: turn a model's step-wise distributions into output sequences.
 
-Every model offers `encode(src) -> memory` (a row per sentence), `init_state(memory, beam) ->
-state` (`beam` rows per sentence) and `decode(tgt_in, memory, state) -> (logits, state)`, where
+Every model offers `encode(src) -> memory` (a row per sentence), `init_state(memory) -> state`
+(a row per sentence) and `decode(tgt_in, memory, state) -> (logits, state)`, where
 each run of `beam` rows of `tgt_in` decodes against one memory row, so the memory is never
 copied per beam. The memory offers `index_select(sentences)`; the state `reorder_beams(rows)`, a
 reordering that keeps every row within its sentence, and `select(rows, sentences)`, which keeps
@@ -155,7 +155,8 @@ def beam_search(model: nn.Module, src: torch.Tensor, beam: int, max_len: int | t
     """Batched beam search with GNMT length penalty.
 
     Each step takes the 2K best continuations of every sentence's K beams: those ending in EOS
-    among the top K are finished; the K best others go on. A sentence is done when it has K
+    among the top K are finished; the K best others go on. The first step runs one row per
+    sentence (the K beams would be copies of it) and fans out to K. A sentence is done when it has K
     finished hypotheses, or at its length limit (where only EOS is allowed); done sentences leave
     the batch, so the rest decode faster.
 
@@ -174,24 +175,25 @@ def beam_search(model: nn.Module, src: torch.Tensor, beam: int, max_len: int | t
     B, K, device = src.size(0), beam, src.device
     limits = _limits(max_len, B, device)  # (B,)
     memory = model.encode(src)  # a row per sentence
-    state = model.init_state(memory, K)  # K rows per sentence
-    tokens = torch.full((B * K, 1), BOS, dtype=torch.long, device=device)  # (N, t), N = live*K
-    scores = torch.zeros(B, K, device=device)
-    scores[:, 1:] = float("-inf")  # all beams start equal: keep one
+    # One row per sentence until the first step: all K beams would start alike; it fans out to K.
+    state = model.init_state(memory)
+    tokens = torch.full((B, 1), BOS, dtype=torch.long, device=device)  # (N, t), N = live * width
+    scores = torch.zeros(B, 1, device=device)  # (live, width) log-probs of the rows
     sentence = torch.arange(B, device=device)  # (live,) original index of each live sentence
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     n_finished = torch.zeros(B, dtype=torch.long, device=device)
 
     for step in range(1, int(limits.max()) + 2):
-        at_limit = (limits[sentence] < step).repeat_interleave(K)  # (N,) past the limit: EOS only
-        # The 2K best continuations of a sentence are among its beams' 2K best tokens each.
+        width = scores.size(1)  # rows per sentence: 1 at the first step, K after
+        at_limit = (limits[sentence] < step).repeat_interleave(width)  # (N,) past it: EOS only
+        # The 2K best continuations of a sentence are among its rows' 2K best tokens each.
         log_probs, tokens_k, state = _step_candidates(model, tokens[:, -1:], memory, state,
                                                       2 * K, at_limit)  # (N, k) x 2
         k = log_probs.size(-1)
-        candidates = (scores.view(-1, 1) + log_probs).view(-1, K * k)  # (live, K*k)
-        top_scores, top_index = candidates.topk(2 * K, dim=1)  # (live, 2K)
-        top_beam = top_index // k
-        top_token = tokens_k.view(-1, K * k).gather(1, top_index)  # (live, 2K)
+        candidates = (scores.view(-1, 1) + log_probs).view(-1, width * k)  # (live, width*k)
+        top_scores, top_index = candidates.topk(min(2 * K, width * k), dim=1)  # (live, 2K)
+        top_row = top_index // k  # which of the sentence's rows each candidate extends
+        top_token = tokens_k.view(-1, width * k).gather(1, top_index)  # (live, 2K)
 
         # EOS among each sentence's K best candidates: a finished hypothesis
         is_eos = (top_token == EOS) & torch.isfinite(top_scores)
@@ -199,7 +201,7 @@ def beam_search(model: nn.Module, src: torch.Tensor, beam: int, max_len: int | t
         for i, j in is_eos[:, :K].nonzero().tolist():
             s = int(sentence[i])
             if len(finished[s]) < K:
-                prefix = tokens[i * K + int(top_beam[i, j]), 1:].tolist()
+                prefix = tokens[i * width + int(top_row[i, j]), 1:].tolist()
                 logprob = float(top_scores[i, j])
                 finished[s].append(Hypothesis(prefix, logprob / penalty, logprob))
                 n_finished[s] += 1
@@ -207,8 +209,8 @@ def beam_search(model: nn.Module, src: torch.Tensor, beam: int, max_len: int | t
         # the K best non-EOS candidates go on
         go_on = top_scores.masked_fill(is_eos, float("-inf"))
         scores, pick = go_on.topk(K, dim=1)  # (live, K), (live, K) positions in the 2K
-        parent = (torch.arange(len(sentence), device=device)[:, None] * K
-                  + top_beam.gather(1, pick)).view(-1)  # (N,)
+        parent = (torch.arange(len(sentence), device=device)[:, None] * width
+                  + top_row.gather(1, pick)).view(-1)  # (live * K,)
         tokens = torch.cat([tokens[parent], top_token.gather(1, pick).view(-1, 1)], dim=1)
         state = state.reorder_beams(parent)
 

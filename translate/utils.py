@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import platform
 import random
 import signal
 import sys
@@ -65,6 +66,16 @@ def cpu_has_amx() -> bool:
             return "amx_bf16" in f.read()
     except OSError:
         return False
+
+
+def cpu_name() -> str:
+    """The CPU's model name, for benchmark reports."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next(line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:

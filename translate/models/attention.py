@@ -14,13 +14,14 @@ collects the weights of every attention module in a model, for plots.
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from translate.models.linear import Linear, linear
 
 
 def padding_mask(ids: torch.Tensor, pad: int = 0) -> torch.Tensor:
@@ -51,6 +52,29 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch
                                           is_causal=causal)
 
 
+def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       mask: Optional[torch.Tensor], dropout: float = 0.0, training: bool = False
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T / sqrt(Dh)) v written out: (B, H, T, Dh) output and (B, H, T, S) weights."""
+    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(q.size(-1) ** -0.5)  # (B, H, T, S)
+    if mask is not None:
+        scores.masked_fill_(mask.logical_not(), float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    return F.dropout(weights, dropout, training) @ v, weights
+
+
+def few_queries_on_cpu(q: torch.Tensor) -> bool:
+    """Whether this is a beam-search step on the CPU: no autograd, 2 to 32 queries per head.
+
+    There the explicit path beats the fused kernel, whose blocking is tuned for long sequences:
+    2-2.5x on cross-attention from a sentence's 5 beams (shapes of beam 5 on Multi30k, 2
+    threads). With one query (greedy, self-attention steps) the two are even; training keeps
+    the fused kernel and its lean backward.
+    """
+    return (q.device.type == "cpu" and not torch.is_grad_enabled()
+            and 1 < q.size(-2) <= 32)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with an SDPA fast path and an explicit path that returns the weights.
 
@@ -72,12 +96,12 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.fused_qkv = fused_qkv
         if fused_qkv:
-            self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+            self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias)
         else:
-            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model)
+            self.q_proj = Linear(d_model, d_model, bias=bias)
+            self.k_proj = Linear(d_model, d_model, bias=bias)
+            self.v_proj = Linear(d_model, d_model, bias=bias)
+        self.out_proj = Linear(d_model, d_model)
         self.recorder: Optional[list] = None  # set by record_attention()
 
     def forward(self, x: torch.Tensor, context: Optional[torch.Tensor] = None,
@@ -96,6 +120,7 @@ class MultiHeadAttention(nn.Module):
             cache: a dict for incremental decoding. Self-attention appends this step's K, V to
                 cache["k"], cache["v"]; cross-attention projects the memory once and reuses it.
             need_weights: use the explicit path and return the (B, H, T, S) attention weights.
+                Decoding steps on the CPU take that path too (`few_queries_on_cpu`).
 
         Returns:
             (B, T, D) output and the weights (or None).
@@ -106,14 +131,15 @@ class MultiHeadAttention(nn.Module):
         groups = B // k.size(0)  # query rows per context row: a sentence's beams share its memory
         if groups > 1:  # fold them into one query sequence: (Bc, H, G * T, Dh)
             q = q.unflatten(0, (-1, groups)).transpose(1, 2).flatten(2, 3)
+        explicit = need_weights or few_queries_on_cpu(q)
         if causal and T == 1:
             causal = False  # one new query may see every key so far
-        elif causal and (mask is not None or need_weights or k.size(2) != T):
+        elif causal and (mask is not None or explicit or k.size(2) != T):
             offset = k.size(2) - T  # positions already in the cache
             full = causal_mask(T, offset, x.device)  # (T, S)
             mask, causal = (full if mask is None else mask & full), False
-        if need_weights:
-            out, weights = self._explicit(q, k, v, mask)
+        if explicit:
+            out, weights = explicit_attention(q, k, v, mask, self.dropout, self.training)
         else:
             out = sdpa(q, k, v, mask, self.dropout if self.training else 0.0, causal)
             weights = None
@@ -132,13 +158,13 @@ class MultiHeadAttention(nn.Module):
         if self.fused_qkv:
             w, b = self.qkv_proj.weight, self.qkv_proj.bias
             if context is None:
-                q, k, v = F.linear(x, w, b).split(D, dim=-1)  # (B, T, D) x 3
+                q, k, v = linear(x, w, b).split(D, dim=-1)  # (B, T, D) x 3
             else:
-                q = F.linear(x, w[:D], None if b is None else b[:D])
+                q = linear(x, w[:D], None if b is None else b[:D])
                 if cache is not None and "k" in cache:
                     k = v = None
                 else:
-                    k, v = F.linear(context, w[D:], None if b is None else b[D:]).split(D, dim=-1)
+                    k, v = linear(context, w[D:], None if b is None else b[D:]).split(D, dim=-1)
         else:
             q = self.q_proj(x)
             kv_in = x if context is None else context
@@ -168,7 +194,7 @@ class MultiHeadAttention(nn.Module):
             return
         D, fused = self.d_model, self.qkv_proj
         for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
-            part = nn.Linear(D, D, bias=fused.bias is not None, device=fused.weight.device,
+            part = Linear(D, D, bias=fused.bias is not None, device=fused.weight.device,
                              dtype=fused.weight.dtype)
             with torch.no_grad():
                 part.weight.copy_(fused.weight[i * D: (i + 1) * D])
@@ -181,14 +207,6 @@ class MultiHeadAttention(nn.Module):
     def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
         B, L, _ = t.shape
         return t.view(B, L, self.heads, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)
-
-    def _explicit(self, q, k, v, mask):
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B, H, T, S)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-        dropped = F.dropout(weights, self.dropout, self.training)
-        return dropped @ v, weights  # (B, H, T, Dh), (B, H, T, S)
 
 
 class AdditiveAttention(nn.Module):
@@ -205,9 +223,9 @@ class AdditiveAttention(nn.Module):
 
     def __init__(self, query_dim: int, key_dim: int, attn_dim: int):
         super().__init__()
-        self.query_proj = nn.Linear(query_dim, attn_dim, bias=False)  # W
-        self.key_proj = nn.Linear(key_dim, attn_dim)  # U (its bias is the scorer's bias)
-        self.score = nn.Linear(attn_dim, 1, bias=False)  # v
+        self.query_proj = Linear(query_dim, attn_dim, bias=False)  # W
+        self.key_proj = Linear(key_dim, attn_dim)  # U (its bias is the scorer's bias)
+        self.score = Linear(attn_dim, 1, bias=False)  # v
         self.recorder: Optional[list] = None  # set by record_attention()
 
     def project_keys(self, keys: torch.Tensor) -> torch.Tensor:

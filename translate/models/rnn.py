@@ -23,6 +23,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from translate.config import RNNConfig
 from translate.models.attention import AdditiveAttention
+from translate.models.linear import Linear
 from translate.models.transformer import Dropout
 from translate.tokenizer import PAD
 
@@ -79,11 +80,11 @@ class RNNSeq2Seq(nn.Module):
         rnn = nn.GRU if cfg.cell == "gru" else nn.LSTM
         self.encoder = rnn(E, He, num_layers=cfg.encoder_layers, batch_first=True,
                            bidirectional=True, dropout=cfg.dropout if cfg.encoder_layers > 1 else 0.0)
-        self.init_proj = nn.Linear(He, Hd)
+        self.init_proj = Linear(He, Hd)
         self.attention = AdditiveAttention(Hd, 2 * He, cfg.attn_dim)
         self.cell = (nn.GRUCell if cfg.cell == "gru" else nn.LSTMCell)(E + 2 * He, Hd)
-        self.deep_output = nn.Linear(Hd + E + 2 * He, 2 * E)  # two maxout pieces per unit
-        self.output = nn.Linear(E, tgt_vocab, bias=False)
+        self.deep_output = Linear(Hd + E + 2 * He, 2 * E)  # two maxout pieces per unit
+        self.output = Linear(E, tgt_vocab, bias=False)
         self.dropout = Dropout(cfg.dropout)
         for emb in {self.src_embed, self.tgt_embed}:
             nn.init.normal_(emb.weight, std=E ** -0.5)
@@ -104,11 +105,10 @@ class RNNSeq2Seq(nn.Module):
         init = torch.tanh(self.init_proj(backward_first))  # (B, Hd)
         return RNNMemory(states, self.attention.project_keys(states), src_mask, init)
 
-    def init_state(self, memory: RNNMemory, beam: int = 1) -> RNNState:
-        """s_0 for `beam` sequences per sentence."""
-        init = memory.init.repeat_interleave(beam, dim=0) if beam > 1 else memory.init  # (B*beam, Hd)
-        cell = torch.zeros_like(init) if self.cfg.cell == "lstm" else None
-        return RNNState(init, cell)
+    def init_state(self, memory: RNNMemory) -> RNNState:
+        """s_0, a row per sentence (beam search fans it out with `reorder_beams`)."""
+        cell = torch.zeros_like(memory.init) if self.cfg.cell == "lstm" else None
+        return RNNState(memory.init, cell)  # (B, Hd)
 
     def decode(self, tgt_in: torch.Tensor, memory: RNNMemory, state: Optional[RNNState] = None
                ) -> tuple[torch.Tensor, RNNState]:

@@ -15,6 +15,7 @@ from torch import nn
 
 from translate.config import TransformerConfig
 from translate.models.attention import MultiHeadAttention, padding_mask
+from translate.models.linear import Linear
 from translate.tokenizer import PAD
 
 
@@ -119,8 +120,8 @@ class Embedding(nn.Module):
 class FeedForward(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.fc1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
-        self.fc2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
+        self.fc1 = Linear(cfg.d_model, cfg.ffn_dim)
+        self.fc2 = Linear(cfg.ffn_dim, cfg.d_model)
         self.activation = F.gelu if cfg.activation == "gelu" else F.relu
         self.dropout = Dropout(cfg.activation_dropout)
 
@@ -184,7 +185,7 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(cfg.d_model)
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         self.decoder_norm = nn.LayerNorm(cfg.d_model)
-        self.output = nn.Linear(cfg.d_model, tgt_vocab, bias=False)
+        self.output = Linear(cfg.d_model, tgt_vocab, bias=False)
         self._init_weights()
         if cfg.tie_embeddings:
             self.output.weight = tgt_tokens.weight
@@ -227,9 +228,9 @@ class Transformer(nn.Module):
             state.offset = offset + tgt_in.size(1)
         return self.output(self.decoder_norm(y)), state  # (B, T, V)
 
-    def init_state(self, memory: Memory, beam: int = 1) -> DecoderState:
-        """An empty cache for `beam` sequences per sentence: one self-attention and one
-        cross-attention dict per decoder layer, filled by the first `decode`."""
+    def init_state(self, memory: Memory) -> DecoderState:
+        """An empty cache: one self-attention and one cross-attention dict per decoder layer,
+        filled by the first `decode`."""
         n = len(self.decoder_layers)
         return DecoderState([{} for _ in range(n)], [{} for _ in range(n)], 0)
 
