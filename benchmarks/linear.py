@@ -1,5 +1,6 @@
 """CPU matmul speed at decoding shapes: PyTorch's default `F.linear` (the BLAS it was built with)
-against oneDNN's matmul, which `translate.models.linear.Linear` uses for fp32 inference.
+against oneDNN's matmul, with the weight as it is and packed once into oneDNN's blocked layout,
+as `translate.models.linear.Linear` uses it for fp32 inference.
 
     python benchmarks/linear.py --json benchmarks/results/linear.json
 
@@ -37,6 +38,10 @@ def onednn_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
 
 
+def pack(w: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(w)
+
+
 def time_one(fn, *args) -> float:
     start = time.perf_counter()
     fn(*args)
@@ -53,25 +58,26 @@ def main() -> None:
     if not ONEDNN:
         raise SystemExit("this PyTorch build has no oneDNN linear: nothing to compare")
     torch.set_num_threads(args.threads)
-    systems = {"F.linear (BLAS)": F.linear, "oneDNN": onednn_linear}
+    names = ["F.linear (BLAS)", "oneDNN", "oneDNN packed"]
     rows = []
-    print(f"{'rows x in x out':>18s}  {'F.linear GFLOP/s':>16s}  {'oneDNN GFLOP/s':>14s}  "
-          f"{'ratio':>5s}  what")
+    print(f"{'rows x in x out':>18s}  {'GFLOP/s: F.linear':>17s}  {'oneDNN':>6s}  {'packed':>6s}  "
+          f"{'packed / F.linear':>17s}  what")
     for m, k, n, what in SHAPES:
         x, w = torch.randn(m, k), torch.randn(n, k) * k ** -0.5
-        torch.testing.assert_close(onednn_linear(x, w), F.linear(x, w), atol=1e-4, rtol=1e-4)
-        seconds: dict[str, list[float]] = {name: [] for name in systems}
-        for fn in systems.values():  # warm-up
-            fn(x, w)
+        calls = {"F.linear (BLAS)": (F.linear, w), "oneDNN": (onednn_linear, w),
+                 "oneDNN packed": (onednn_linear, pack(w))}
+        for fn, weight in calls.values():  # warm-up, and the three agree
+            torch.testing.assert_close(fn(x, weight), F.linear(x, w), atol=1e-4, rtol=1e-4)
+        seconds: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(args.rounds):
-            for name, fn in systems.items():
-                seconds[name].append(time_one(fn, x, w))
+            for name, (fn, weight) in calls.items():
+                seconds[name].append(time_one(fn, x, weight))
         gflops = {name: 2 * m * k * n / statistics.median(s) / 1e9 for name, s in seconds.items()}
-        ratio = gflops["oneDNN"] / gflops["F.linear (BLAS)"]
+        ratio = gflops["oneDNN packed"] / gflops["F.linear (BLAS)"]
         rows.append({"rows": m, "in": k, "out": n, "what": what, "gflops": gflops,
-                     "onednn_over_blas": ratio})
-        print(f"{f'{m} x {k} x {n}':>18s}  {gflops['F.linear (BLAS)']:16.0f}  "
-              f"{gflops['oneDNN']:14.0f}  {ratio:5.2f}  {what}")
+                     "packed_over_blas": ratio})
+        print(f"{f'{m} x {k} x {n}':>18s}  {gflops[names[0]]:17.0f}  {gflops[names[1]]:6.0f}  "
+              f"{gflops[names[2]]:6.0f}  {ratio:17.2f}  {what}")
     result = {"threads": args.threads, "rounds": args.rounds, "torch": torch.__version__,
               "cpu": cpu_name(), "shapes": rows}
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -138,3 +138,23 @@ def test_explicit_path_matches_the_fused_kernel_and_serves_beam_steps(queries):
     assert not few_queries_on_cpu(q)  # autograd on: training keeps the fused kernel
     assert (weights[1, ..., 4:] == 0).all() and (weights[2, ..., 2:] == 0).all()
     torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, queries))
+
+
+def test_onednn_linear_follows_weight_changes_and_copies():
+    """The packed weight is remade when the weight changes; copies and training use plain math."""
+    import copy
+
+    from translate.models.linear import Linear
+
+    layer, x = Linear(16, 24), torch.randn(3, 5, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), x @ layer.weight.T + layer.bias)
+        layer.weight.mul_(-2.0)  # in place, as optimizers, EMA and load_state_dict write
+        torch.testing.assert_close(layer(x), x @ layer.weight.T + layer.bias)
+        twin = copy.deepcopy(layer)
+        twin.weight.add_(1.0)
+        torch.testing.assert_close(twin(x), x @ twin.weight.T + twin.bias)
+        torch.testing.assert_close(layer(x), x @ layer.weight.T + layer.bias)
+    out = layer(x)  # autograd on: F.linear, gradients flow
+    out.sum().backward()
+    assert layer.weight.grad is not None and out.requires_grad

@@ -158,7 +158,7 @@ class MultiHeadAttention(nn.Module):
         if self.fused_qkv:
             w, b = self.qkv_proj.weight, self.qkv_proj.bias
             if context is None:
-                q, k, v = linear(x, w, b).split(D, dim=-1)  # (B, T, D) x 3
+                q, k, v = self.qkv_proj(x).split(D, dim=-1)  # (B, T, D) x 3
             else:
                 q = linear(x, w[:D], None if b is None else b[:D])
                 if cache is not None and "k" in cache:
