@@ -1,9 +1,9 @@
 """A Linear layer whose fp32 inference on the CPU runs through oneDNN.
 
 On the CPU `F.linear` calls the BLAS that PyTorch was built with (MKL); oneDNN, which PyTorch
-also ships, ran the decoder's matmuls up to 1.6x faster than it on the development machine, and
-up to 3x with the weight packed once into oneDNN's blocked layout (`benchmarks/linear.py`);
-decoding is mostly such matmuls. Training, autocast and other devices keep `F.linear`; the
+also ships, with the weight packed once into its blocked layout, ran the decoder's matmuls
+1.07-1.49x as fast on the development machine (`benchmarks/linear.py`); decoding is mostly
+such matmuls. Training, autocast and other devices keep `F.linear`; the
 results agree to float rounding.
 """
 
