@@ -75,6 +75,37 @@ def few_queries_on_cpu(q: torch.Tensor) -> bool:
             and 1 < q.size(-2) <= 32)
 
 
+def extend_cache(cache: dict, k: torch.Tensor, v: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Self-attention's cache after this step: the cached keys and values, their rows picked by
+    a pending beam reorder (`defer_reorder`), then this step's (B, H, T, Dh) ones. Picking and
+    appending write one new tensor, so a step copies the past once, not twice."""
+    if "k" not in cache:
+        cache["k"], cache["v"] = k, v
+        return k, v
+    rows = cache.pop("rows", None)
+    for name, new in (("k", k), ("v", v)):
+        past = cache[name]  # (B', H, S_past, Dh)
+        S = past.size(2)
+        out = new.new_empty(new.size(0), new.size(1), S + new.size(2), new.size(3))
+        if rows is None:
+            out[:, :, :S] = past
+        else:
+            torch.index_select(past, 0, rows, out=out[:, :, :S])
+        out[:, :, S:] = new
+        cache[name] = out
+    return cache["k"], cache["v"]
+
+
+def defer_reorder(cache: dict, rows: torch.Tensor) -> dict:
+    """A self-attention cache whose row i will be row `rows[i]` of this one: the pick is made by
+    the next `extend_cache` (composed with any pick still pending), not copied now."""
+    if "k" not in cache:
+        return {}
+    pending = cache.get("rows")
+    return {"k": cache["k"], "v": cache["v"], "rows": rows if pending is None else pending[rows]}
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with an SDPA fast path and an explicit path that returns the weights.
 
@@ -118,7 +149,7 @@ class MultiHeadAttention(nn.Module):
             mask: boolean, True = may attend, broadcastable to (B, H, T, S).
             causal: position t sees positions <= t only (decoder self-attention).
             cache: a dict for incremental decoding. Self-attention appends this step's K, V to
-                cache["k"], cache["v"]; cross-attention projects the memory once and reuses it.
+                it (`extend_cache`); cross-attention projects the memory once and reuses it.
             need_weights: use the explicit path and return the (B, H, T, S) attention weights.
                 Decoding steps on the CPU take that path too (`few_queries_on_cpu`).
 
@@ -181,10 +212,7 @@ class MultiHeadAttention(nn.Module):
                     cache["k"], cache["v"] = k.contiguous(), v.contiguous()
                 k, v = cache["k"], cache["v"]
             else:
-                if "k" in cache:
-                    k = torch.cat([cache["k"], k], dim=2)  # (B, H, S_past + T, Dh)
-                    v = torch.cat([cache["v"], v], dim=2)
-                cache["k"], cache["v"] = k, v
+                k, v = extend_cache(cache, k, v)  # (B, H, S_past + T, Dh) x 2
         return q, k, v
 
     def unfuse(self) -> None:

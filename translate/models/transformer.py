@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from translate.config import TransformerConfig
-from translate.models.attention import MultiHeadAttention, padding_mask
+from translate.models.attention import MultiHeadAttention, defer_reorder, padding_mask
 from translate.models.linear import Linear
 from translate.tokenizer import PAD
 
@@ -43,17 +43,15 @@ class DecoderState:
     offset: int = 0  # target positions already decoded
 
     def reorder_beams(self, rows: torch.Tensor) -> "DecoderState":
-        """Each row continues the sequence of row `rows[i]`, a beam of the same sentence."""
-        return DecoderState(_pick(self.self_attn, rows), self.cross_attn, self.offset)
+        """Each row continues the sequence of row `rows[i]`, a beam of the same sentence.
+        The self-attention caches are picked when the next step extends them."""
+        return DecoderState([defer_reorder(c, rows) for c in self.self_attn], self.cross_attn,
+                            self.offset)
 
     def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> "DecoderState":
         """Keep the sequences `rows` of the sentences `sentences` (the others are done)."""
-        return DecoderState(_pick(self.self_attn, rows), _pick(self.cross_attn, sentences),
-                            self.offset)
-
-
-def _pick(caches: list[dict], index: torch.Tensor) -> list[dict]:
-    return [{k: v.index_select(0, index) for k, v in c.items()} for c in caches]
+        memory = [{k: v.index_select(0, sentences) for k, v in c.items()} for c in self.cross_attn]
+        return DecoderState([defer_reorder(c, rows) for c in self.self_attn], memory, self.offset)
 
 
 def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
