@@ -429,8 +429,13 @@ def main() -> None:
     for peer in ("hf m2m100", "ct2 float32"):
         for mode in MODES if peer in names else ():
             ratio = rate[f"ours fp32 {mode}"] / rate[f"{peer} {mode}"]
+            # the same round's pair: machine drift between rounds cancels out
+            paired = [theirs / ours for ours, theirs in zip(seconds[f"ours fp32 {mode}"],
+                                                            seconds[f"{peer} {mode}"])]
             result["ratios"][f"ours fp32 / {peer} {mode}"] = ratio
-            print(f"ours fp32 / {peer} {mode}: {ratio:.2f}x the sentences/s")
+            result["ratios"][f"ours fp32 / {peer} {mode}, per round"] = paired
+            print(f"ours fp32 / {peer} {mode}: {ratio:.2f}x the sentences/s (per round: "
+                  f"{', '.join(f'{r:.2f}' for r in paired)}; median {statistics.median(paired):.2f})")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))
     print(f"\nwrote {args.json}")
