@@ -3,8 +3,8 @@
 On the CPU `F.linear` calls the BLAS that PyTorch was built with (MKL); oneDNN, which PyTorch
 also ships, with the weight packed once into its blocked layout, ran the decoder's matmuls
 1.07-1.49x as fast on the development machine (`benchmarks/linear.py`); decoding is mostly
-such matmuls. Training, autocast and other devices keep `F.linear`; the
-results agree to float rounding.
+such matmuls. Training, autocast and other devices keep `F.linear`; the results agree to float
+rounding.
 """
 
 from __future__ import annotations
