@@ -434,8 +434,9 @@ def main() -> None:
                                                             seconds[f"{peer} {mode}"])]
             result["ratios"][f"ours fp32 / {peer} {mode}"] = ratio
             result["ratios"][f"ours fp32 / {peer} {mode}, per round"] = paired
-            print(f"ours fp32 / {peer} {mode}: {ratio:.2f}x the sentences/s (per round: "
-                  f"{', '.join(f'{r:.2f}' for r in paired)}; median {statistics.median(paired):.2f})")
+            rounds = ", ".join(f"{r:.2f}" for r in paired)
+            print(f"ours fp32 / {peer} {mode}: {ratio:.2f}x the sentences/s (per round: {rounds}; "
+                  f"median {statistics.median(paired):.2f})")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))
     print(f"\nwrote {args.json}")

@@ -156,9 +156,9 @@ def beam_search(model: nn.Module, src: torch.Tensor, beam: int, max_len: int | t
 
     Each step takes the 2K best continuations of every sentence's K beams: those ending in EOS
     among the top K are finished; the K best others go on. The first step runs one row per
-    sentence (the K beams would be copies of it) and fans out to K. A sentence is done when it has K
-    finished hypotheses, or at its length limit (where only EOS is allowed); done sentences leave
-    the batch, so the rest decode faster.
+    sentence (the K beams would be copies of it) and fans out to K. A sentence is done when it
+    has K finished hypotheses, or at its length limit (where only EOS is allowed); done
+    sentences leave the batch, so the rest decode faster.
 
     Args:
         src: (B, S) source ids.
@@ -175,8 +175,7 @@ def beam_search(model: nn.Module, src: torch.Tensor, beam: int, max_len: int | t
     B, K, device = src.size(0), beam, src.device
     limits = _limits(max_len, B, device)  # (B,)
     memory = model.encode(src)  # a row per sentence
-    # One row per sentence until the first step: all K beams would start alike; it fans out to K.
-    state = model.init_state(memory)
+    state = model.init_state(memory)  # a row per sentence until the first step fans out
     tokens = torch.full((B, 1), BOS, dtype=torch.long, device=device)  # (N, t), N = live * width
     scores = torch.zeros(B, 1, device=device)  # (live, width) log-probs of the rows
     sentence = torch.arange(B, device=device)  # (live,) original index of each live sentence

@@ -151,7 +151,7 @@ class MultiHeadAttention(nn.Module):
             cache: a dict for incremental decoding. Self-attention appends this step's K, V to
                 it (`extend_cache`); cross-attention projects the memory once and reuses it.
             need_weights: use the explicit path and return the (B, H, T, S) attention weights.
-                Decoding steps on the CPU take that path too (`few_queries_on_cpu`).
+                Beam-search steps on the CPU take that path too (`few_queries_on_cpu`).
 
         Returns:
             (B, T, D) output and the weights (or None).
