@@ -155,6 +155,10 @@ def test_onednn_linear_follows_weight_changes_and_copies():
         twin.weight.add_(1.0)
         torch.testing.assert_close(twin(x), x @ twin.weight.T + twin.bias)
         torch.testing.assert_close(layer(x), x @ layer.weight.T + layer.bias)
+        q, kv = layer.rows(x, slice(0, 8)), layer.rows(x, slice(8, 24))  # packed separately
+        torch.testing.assert_close(torch.cat([q, kv], -1), layer(x))
+        layer.weight[:8].zero_()
+        torch.testing.assert_close(layer.rows(x, slice(0, 8)), layer.bias[:8].expand(3, 5, 8))
     out = layer(x)  # autograd on: F.linear, gradients flow
     out.sum().backward()
     assert layer.weight.grad is not None and out.requires_grad

@@ -13,6 +13,7 @@ Shapes: B batch, S source length, K beam size, V vocabulary.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from translate.tokenizer import BOS, EOS, PAD
+
+LOG2_E = 1 / math.log(2)
 
 
 @dataclass
@@ -83,9 +86,13 @@ def _log_normalizer(logits: torch.Tensor, ruled_out: torch.Tensor, top: torch.Te
                     ) -> torch.Tensor:
     """(N, 1) log-sum-exp of each row of (N, V) logits whose `ruled_out` entries (N, r) were set
     to -inf and whose largest remaining value is `top` (N, 1): the full vocabulary's normalizer.
-    Overwrites `logits`: working in place spares a fresh (N, V) buffer per step."""
+    Overwrites `logits`: working in place spares a fresh (N, V) buffer per step.
+
+    e^x is taken as 2^(x log2 e): PyTorch's CPU `exp2` ran 3-4x as fast as its `exp` on the
+    development machine (both AVX-512), and this sum is a tenth of a beam step's time.
+    """
     shift = torch.maximum(top, ruled_out.amax(dim=-1, keepdim=True))  # (N, 1) the row maximum
-    total = logits.sub_(shift).exp_().sum(dim=-1, keepdim=True)
+    total = logits.sub_(shift).mul_(LOG2_E).exp2_().sum(dim=-1, keepdim=True)
     total += (ruled_out - shift).exp().sum(dim=-1, keepdim=True)
     return shift + total.log()
 
@@ -103,9 +110,10 @@ def topk_rows(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     if x.device.type != "cpu" or not sizes:
         return x.topk(k, dim=-1)
     c = min(sizes, key=lambda c: abs(c - 100))
-    chunks = x.view(N, V // c, c)  # (N, V/c, c)
-    best = chunks.amax(dim=-1).topk(k, dim=-1).indices  # (N, k) the chunks that may hold a winner
-    values, at = chunks[torch.arange(N, device=x.device)[:, None], best].view(N, k * c).topk(k, dim=-1)
+    n = V // c  # chunks per row
+    best = x.view(N, n, c).amax(dim=-1).topk(k, dim=-1).indices  # (N, k) the chunks to rank
+    flat = (best + torch.arange(N, device=x.device)[:, None] * n).view(-1)  # (N * k,) of N * n
+    values, at = x.view(N * n, c).index_select(0, flat).view(N, k * c).topk(k, dim=-1)
     return values, best.gather(1, at // c) * c + at % c  # (N, k) values, (N, k) column indices
 
 
@@ -197,13 +205,14 @@ def beam_search(model: nn.Module, src: torch.Tensor, beam: int, max_len: int | t
         # EOS among each sentence's K best candidates: a finished hypothesis
         is_eos = (top_token == EOS) & torch.isfinite(top_scores)
         penalty = length_penalty(step, lenpen)
-        for i, j in is_eos[:, :K].nonzero().tolist():
-            s = int(sentence[i])
-            if len(finished[s]) < K:
-                prefix = tokens[i * width + int(top_row[i, j]), 1:].tolist()
-                logprob = float(top_scores[i, j])
-                finished[s].append(Hypothesis(prefix, logprob / penalty, logprob))
-                n_finished[s] += 1
+        i, j = is_eos[:, :K].nonzero().unbind(1)  # (F,) x 2: live sentence, candidate
+        if len(i):
+            ended = zip(sentence[i].tolist(), tokens[i * width + top_row[i, j], 1:].tolist(),
+                        top_scores[i, j].tolist())
+            for s, prefix, logprob in ended:
+                if len(finished[s]) < K:
+                    finished[s].append(Hypothesis(prefix, logprob / penalty, logprob))
+            n_finished = torch.tensor([len(hyps) for hyps in finished], device=device)
 
         # the K best non-EOS candidates go on
         go_on = top_scores.masked_fill(is_eos, float("-inf"))

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from translate.models.linear import Linear, linear
+from translate.models.linear import Linear
 
 
 def padding_mask(ids: torch.Tensor, pad: int = 0) -> torch.Tensor:
@@ -156,12 +156,12 @@ class MultiHeadAttention(nn.Module):
         Returns:
             (B, T, D) output and the weights (or None).
         """
-        B, T, _ = x.shape
+        B, T, D = x.shape
         need_weights = need_weights or self.recorder is not None
-        q, k, v = self._project(x, context, cache)  # (B, H, T, Dh), (Bc, H, S, Dh) x 2
+        q, k, v = self._project(x, context, cache)  # (B, T, D), (Bc, H, S, Dh) x 2
         groups = B // k.size(0)  # query rows per context row: a sentence's beams share its memory
-        if groups > 1:  # fold them into one query sequence: (Bc, H, G * T, Dh)
-            q = q.unflatten(0, (-1, groups)).transpose(1, 2).flatten(2, 3)
+        # a context row's G query rows are one query sequence: (Bc, H, G * T, Dh), a view
+        q = self._split_heads(q.reshape(B // groups, groups * T, D))
         explicit = need_weights or few_queries_on_cpu(q)
         if causal and T == 1:
             causal = False  # one new query may see every key so far
@@ -169,33 +169,31 @@ class MultiHeadAttention(nn.Module):
             offset = k.size(2) - T  # positions already in the cache
             full = causal_mask(T, offset, x.device)  # (T, S)
             mask, causal = (full if mask is None else mask & full), False
+        weights = None
         if explicit:
             out, weights = explicit_attention(q, k, v, mask, self.dropout, self.training)
+            if need_weights and groups > 1:  # one row per query: (B, H, T, S)
+                weights = weights.unflatten(2, (groups, T)).transpose(1, 2).flatten(0, 1)
         else:
             out = sdpa(q, k, v, mask, self.dropout if self.training else 0.0, causal)
-            weights = None
-        if groups > 1:  # back to one row per query: (B, H, T, ...)
-            out = out.unflatten(2, (groups, T)).transpose(1, 2).flatten(0, 1)
-            if weights is not None:
-                weights = weights.unflatten(2, (groups, T)).transpose(1, 2).flatten(0, 1)
         if self.recorder is not None:
             self.recorder.append(weights.detach())
-        out = out.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, D)
-        return self.out_proj(out), weights
+        out = out.transpose(1, 2).reshape(B, T, D)  # (Bc, G * T, H, Dh) -> (B, T, D)
+        return self.out_proj(out), weights if need_weights else None
 
     def _project(self, x, context, cache):
-        """Q from x; K, V from the context (or x), using and filling the cache."""
+        """Q (B, T, D) from x; K, V (B, H, S, Dh) from the context (or x), using and filling
+        the cache."""
         D = self.d_model
         if self.fused_qkv:
-            w, b = self.qkv_proj.weight, self.qkv_proj.bias
             if context is None:
                 q, k, v = self.qkv_proj(x).split(D, dim=-1)  # (B, T, D) x 3
             else:
-                q = linear(x, w[:D], None if b is None else b[:D])
+                q = self.qkv_proj.rows(x, slice(0, D))
                 if cache is not None and "k" in cache:
                     k = v = None
                 else:
-                    k, v = linear(context, w[D:], None if b is None else b[D:]).split(D, dim=-1)
+                    k, v = self.qkv_proj.rows(context, slice(D, 3 * D)).split(D, dim=-1)
         else:
             q = self.q_proj(x)
             kv_in = x if context is None else context
@@ -203,7 +201,6 @@ class MultiHeadAttention(nn.Module):
                 k = v = None
             else:
                 k, v = self.k_proj(kv_in), self.v_proj(kv_in)
-        q = self._split_heads(q)  # (B, H, T, Dh)
         if k is not None:
             k, v = self._split_heads(k), self._split_heads(v)  # (B, H, S, Dh)
         if cache is not None:

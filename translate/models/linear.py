@@ -9,8 +9,6 @@ rounding.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -25,35 +23,35 @@ def onednn_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu"))
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None
-           ) -> torch.Tensor:
-    """F.linear: (..., in) x (out, in) -> (..., out); oneDNN for fp32 CPU inference."""
-    if onednn_applies(x, weight):
-        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-    return F.linear(x, weight, bias)
-
-
 class Linear(nn.Linear):
-    """nn.Linear (same parameters and state dict) computed by `linear`, whose fp32 CPU inference
-    uses a copy of the weight packed for oneDNN. The copy is made on first use and again
+    """nn.Linear (same parameters and state dict) whose fp32 CPU inference runs through oneDNN
+    with a copy of the weight packed for it. The copy is made on first use and again
     whenever the weight changes (an optimizer step, loading, averaging: its version moves)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if onednn_applies(x, self.weight):
-            return torch.ops.mkldnn._linear_pointwise(x, self._packed_weight(), self.bias,
-                                                      "none", [], "")
-        return F.linear(x, self.weight, self.bias)
+        return self.rows(x, slice(None))
 
-    def _packed_weight(self) -> torch.Tensor:
+    def rows(self, x: torch.Tensor, rows: slice) -> torch.Tensor:
+        """The output features `rows` only: (..., in) -> (..., len(rows)), as
+        `self(x)[..., rows]` but computing just those (a fused Q/K/V projection's Q, say)."""
+        bias = None if self.bias is None else self.bias[rows]
+        if onednn_applies(x, self.weight):
+            return torch.ops.mkldnn._linear_pointwise(x, self._packed_weight(rows), bias,
+                                                      "none", [], "")
+        return F.linear(x, self.weight[rows], bias)
+
+    def _packed_weight(self, rows: slice) -> torch.Tensor:
         key = (self.weight.data_ptr(), self.weight._version)
-        packed = self.__dict__.get("_packed")
-        if packed is None or packed[0] != key:
-            packed = (key, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach()))
-            self.__dict__["_packed"] = packed
-        return packed[1]
+        packed = self.__dict__.setdefault("_packed", {})  # (start, stop) -> (key, weight)
+        span = (rows.start, rows.stop)
+        if span not in packed or packed[span][0] != key:
+            weight = self.weight.detach()[rows].contiguous()
+            packed[span] = (key, torch.ops.mkldnn._reorder_linear_weight(weight))
+        return packed[span][1]
 
     def __getstate__(self):
-        """Copies and pickles leave the packed weight behind (it cannot be copied; it is remade)."""
+        """Copies and pickles leave the packed weights behind (they cannot be copied; they are
+        remade)."""
         state = super().__getstate__().copy()
         state.pop("_packed", None)
         return state
