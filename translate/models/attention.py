@@ -182,7 +182,7 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(out), weights if need_weights else None
 
     def _project(self, x, context, cache):
-        """Q (B, T, D) from x; K, V (B, H, S, Dh) from the context (or x), using and filling
+        """Q (B, T, D) from x; K, V (Bc, H, S, Dh) from the context (or x), using and filling
         the cache."""
         D = self.d_model
         if self.fused_qkv:

@@ -9,6 +9,8 @@ rounding.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -29,16 +31,21 @@ class Linear(nn.Linear):
     whenever the weight changes (an optimizer step, loading, averaging: its version moves)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.rows(x, slice(None))
+        return self._matmul(x, slice(None), self.weight, self.bias)
 
     def rows(self, x: torch.Tensor, rows: slice) -> torch.Tensor:
         """The output features `rows` only: (..., in) -> (..., len(rows)), as
         `self(x)[..., rows]` but computing just those (a fused Q/K/V projection's Q, say)."""
         bias = None if self.bias is None else self.bias[rows]
-        if onednn_applies(x, self.weight):
+        return self._matmul(x, rows, self.weight[rows], bias)
+
+    def _matmul(self, x: torch.Tensor, rows: slice, weight: torch.Tensor,
+                bias: Optional[torch.Tensor]) -> torch.Tensor:
+        """x weight^T + bias, where `weight` is `self.weight[rows]`."""
+        if onednn_applies(x, weight):
             return torch.ops.mkldnn._linear_pointwise(x, self._packed_weight(rows), bias,
                                                       "none", [], "")
-        return F.linear(x, self.weight[rows], bias)
+        return F.linear(x, weight, bias)
 
     def _packed_weight(self, rows: slice) -> torch.Tensor:
         key = (self.weight.data_ptr(), self.weight._version)
