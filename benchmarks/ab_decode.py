@@ -4,8 +4,8 @@
         --beams 1,5 --rounds 3 --json ab.json
 
 Each revision's `translate/` package is exported (`git archive`) under a name of its own, so both
-live in one process. The split is sorted by source length and cut into chunks of `--batch`
-sentences; every chunk is decoded by A and then B (the order alternating), so the VM's noise,
+live in one process. The split is sorted by source length and cut into chunks of `--chunk`
+sentences (default `--batch`; a larger chunk lets beam search refill its batch); every chunk is decoded by A and then B (the order alternating), so the VM's noise,
 which drifts over seconds, hits both alike. Printed per beam: sentences/s of each, B's speed
 over A's in every round and their median, and how many outputs are identical.
 """
@@ -48,7 +48,9 @@ def main() -> None:
     ap.add_argument("--split", default="test_2016_flickr")
     ap.add_argument("--beams", default="1,5")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=32, help="sentences decoded at once")
+    ap.add_argument("--chunk", type=int, default=0,
+                    help="sentences per call (default: --batch); more lets a batch refill")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -72,7 +74,8 @@ def main() -> None:
         src, _ = data.load_split(replace(loaded.recipe.data, dataset=args.data), args.split)
     tokenizer = systems["A"][1].tokenizer
     src = sorted(src, key=lambda s: len(tokenizer.encode_src([s])[0]))
-    chunks = [src[i: i + args.batch] for i in range(0, len(src), args.batch)]
+    size = args.chunk or args.batch
+    chunks = [src[i: i + size] for i in range(0, len(src), size)]
 
     report = {"rev_a": args.rev_a, "rev_b": args.rev_b, "sentences": len(src), "beams": {}}
     for beam in (int(b) for b in args.beams.split(",")):
