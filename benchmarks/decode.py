@@ -6,8 +6,8 @@ trained model, each with its BLEU so that speed is compared at equal quality.
     python benchmarks/decode.py CHECKPOINT --limit 50 --rounds 1    # a quick end-to-end check
 
 Timed: the whole split, text in and text out (SentencePiece included), batches of 32 sentences
-sorted by length, greedy and beam 5, on `--threads` CPU threads. Systems take turns round by round
-so machine noise hits them alike; the figure is the median over rounds. Ours, HF and CT2 each run
+sorted by length, greedy and beam 5, on `--threads` CPU threads. Systems take turns batch by
+batch, so machine noise hits them alike; the figure is the median over rounds. Ours, HF and CT2 each run
 in a worker process of their own (CTranslate2's OpenMP threads, once they have run, halve the
 speed of PyTorch code in the same process), and only one works at a time.
 
@@ -337,9 +337,16 @@ def serve(family: str, checkpoint: Path, ct2_dir: Path, threads: int, conn) -> N
         conn.send((time.perf_counter() - t0, out))
 
 
-def time_rounds(checkpoint: Path, ct2_dir: Path, threads: int, src: list[str], rounds: int
+def time_rounds(checkpoint: Path, ct2_dir: Path, threads: int, src: list[str],
+                batches: list[list[int]], rounds: int
                 ) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
-    """Seconds per round and first-round outputs, keyed "system mode"; systems take turns.
+    """Seconds per round and first-round outputs, keyed "system mode".
+
+    Systems take turns batch by batch: every system decodes batch b (the order rotating)
+    before any starts batch b + 1, so the VM's noise, which drifts over seconds, hits all of
+    them alike, and a round's ratios are steady where whole passes in turn scattered by +-15%.
+    A batch is what each system would cut from the whole split (the same sentences in the
+    same order), so the work is that of whole passes.
 
     Each family runs in a process of its own, and only one process works at a time: in one
     process, CTranslate2's OpenMP threads slow PyTorch's down by about 2x after it has run.
@@ -359,20 +366,23 @@ def time_rounds(checkpoint: Path, ct2_dir: Path, threads: int, src: list[str], r
         conn.send((name, beam, sentences))
         return conn.recv()
 
-    for _, conn, names in workers.values():  # warm-up: allocator, oneDNN kernels, CT2 caches
-        for name in names:
-            for beam in MODES.values():
-                run(conn, name, beam, src[:BATCH])
-    seconds: dict[str, list[float]] = {f"{n} {m}": [] for *_, names in workers.values()
-                                       for n in names for m in MODES}
-    outputs: dict[str, list[str]] = {}
+    jobs = [(conn, name, mode, beam) for _, conn, names in workers.values() for name in names
+            for mode, beam in MODES.items()]
+    for conn, name, _, beam in jobs:  # warm-up: allocator, oneDNN kernels, CT2 caches
+        run(conn, name, beam, src[:BATCH])
+    seconds: dict[str, list[float]] = {f"{name} {mode}": [] for _, name, mode, _ in jobs}
+    outputs: dict[str, list[str]] = {key: [""] * len(src) for key in seconds}
     for r in range(rounds):
-        for _, conn, names in workers.values():
-            for name in names:
-                for mode, beam in MODES.items():
-                    took, out = run(conn, name, beam, src)
-                    seconds[f"{name} {mode}"].append(took)
-                    outputs.setdefault(f"{name} {mode}", out)
+        for key in seconds:
+            seconds[key].append(0.0)
+        for b, batch in enumerate(batches):
+            turn = (b + r) % len(jobs)
+            for conn, name, mode, beam in jobs[turn:] + jobs[:turn]:
+                took, out = run(conn, name, beam, [src[i] for i in batch])
+                seconds[f"{name} {mode}"][-1] += took
+                if r == 0:
+                    for i, text in zip(batch, out):
+                        outputs[f"{name} {mode}"][i] = text
         print(f"round {r + 1}: " + ", ".join(f"{k} {len(src) / v[-1]:.1f}"
                                              for k, v in seconds.items()), flush=True)
     for process, conn, _ in workers.values():
@@ -405,7 +415,10 @@ def main() -> None:
                              min(args.check, len(src)))
         names = list(systems)
         del systems  # timed in worker processes, one family each
-        seconds, outputs = time_rounds(args.checkpoint, ct2_dir, args.threads, src, args.rounds)
+        lengths = [len(ids) for ids in loaded.tokenizer.encode_src(src)]
+        batches = length_batches(lengths, cfg.max_tokens, BATCH)  # as every system cuts them
+        seconds, outputs = time_rounds(args.checkpoint, ct2_dir, args.threads, src, batches,
+                                       args.rounds)
 
     rate = {k: len(src) / statistics.median(v) for k, v in seconds.items()}
     bleu = {k: score(out, ref).bleu for k, out in outputs.items()}
