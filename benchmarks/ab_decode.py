@@ -5,8 +5,8 @@
 
 Each revision's `translate/` package is exported (`git archive`) under a name of its own, so both
 live in one process. The split is sorted by source length and cut into chunks of `--chunk`
-sentences (default `--batch`; a larger chunk lets beam search refill its batch); every chunk is decoded by A and then B (the order alternating), so the VM's noise,
-which drifts over seconds, hits both alike. Printed per beam: sentences/s of each, B's speed
+sentences (default `--batch`); every chunk is decoded by A and then B (the order
+alternating), so the VM's noise, which drifts over seconds, hits both alike. Printed per beam: sentences/s of each, B's speed
 over A's in every round and their median, and how many outputs are identical.
 """
 
@@ -50,7 +50,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32, help="sentences decoded at once")
     ap.add_argument("--chunk", type=int, default=0,
-                    help="sentences per call (default: --batch); more lets a batch refill")
+                    help="sentences per call (default: --batch)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
