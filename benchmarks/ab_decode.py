@@ -6,8 +6,9 @@
 Each revision's `translate/` package is exported (`git archive`) under a name of its own, so both
 live in one process. The split is sorted by source length and cut into chunks of `--chunk`
 sentences (default `--batch`); every chunk is decoded by A and then B (the order
-alternating), so the VM's noise, which drifts over seconds, hits both alike. Printed per beam: sentences/s of each, B's speed
-over A's in every round and their median, and how many outputs are identical.
+alternating), so the VM's noise, which drifts over seconds, hits both alike. Printed per beam:
+sentences/s of each, B's speed over A's in every round and their median, and how many outputs
+are identical.
 """
 
 from __future__ import annotations
