@@ -8,8 +8,8 @@ trained model, each with its BLEU so that speed is compared at equal quality.
 Timed: the whole split, text in and text out (SentencePiece included), batches of 32 sentences
 sorted by length, greedy and beam 5, on `--threads` CPU threads. Systems take turns batch by
 batch, so machine noise hits them alike; the figure is the median over rounds. Ours, HF and CT2
-each run in a worker process of their own (CTranslate2's OpenMP threads, once they have run, halve the
-speed of PyTorch code in the same process), and only one works at a time.
+each run in a worker process of their own (CTranslate2's OpenMP threads, once they have run,
+halve the speed of PyTorch code in the same process), and only one works at a time.
 
   ours         `translate_sentences` in fp32, in bf16 autocast, and with int8 dynamic quantization
                of every Linear (`translate.quantize.quantize_int8`, as `--precision int8`).
