@@ -124,18 +124,22 @@ def test_additive_attention_beams_share_a_memory_row():
 
 
 @pytest.mark.parametrize("queries", [1, 5])
-def test_explicit_path_matches_the_fused_kernel_and_serves_beam_steps(queries):
-    """Under no_grad on the CPU a sentence's beams (2-32 queries) use explicit matmuls."""
-    from translate.models.attention import explicit_attention, few_queries_on_cpu, sdpa
+def test_explicit_path_matches_the_fused_kernel_and_serves_decoding_steps(queries):
+    """Under no_grad on the CPU a sentence's beams (2-32 queries), or one query against many
+    keys, use explicit matmuls."""
+    from translate.models.attention import explicit_attention, explicit_is_faster, sdpa
 
     q, k, v = torch.randn(B, H, queries, 8), torch.randn(B, H, S, 8), torch.randn(B, H, S, 8)
     mask = padding_mask(torch.tensor([[5] * S, [5] * 4 + [0] * 3, [5] * 2 + [0] * 5]))
     with torch.no_grad():
-        assert few_queries_on_cpu(q) == (queries > 1)
-        assert not few_queries_on_cpu(torch.randn(B, H, 33, 8))
+        assert explicit_is_faster(q, k) == (queries > 1)
+        assert explicit_is_faster(q, torch.randn(B, H, 4096 // (B * H) + 1, 8))  # many keys
+        assert not explicit_is_faster(torch.randn(B, H, 33, 8), k)
         out, weights = explicit_attention(q, k, v, mask)
         torch.testing.assert_close(out, sdpa(q, k, v, mask, 0.0, False), atol=1e-5, rtol=1e-5)
-    assert not few_queries_on_cpu(q)  # autograd on: training keeps the fused kernel
+        unmasked, _ = explicit_attention(q, k, v, None)
+        torch.testing.assert_close(unmasked, sdpa(q, k, v, None, 0.0, False), atol=1e-5, rtol=1e-5)
+    assert not explicit_is_faster(q, k)  # autograd on: training keeps the fused kernel
     assert (weights[1, ..., 4:] == 0).all() and (weights[2, ..., 2:] == 0).all()
     torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, queries))
 

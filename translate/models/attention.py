@@ -52,58 +52,73 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch
                                           is_causal=causal)
 
 
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Boolean mask (True = may attend) -> the same shape of 0 where True, -inf where False."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+
+
 def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        mask: Optional[torch.Tensor], dropout: float = 0.0, training: bool = False
                        ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q k^T / sqrt(Dh)) v written out: (B, H, T, Dh) output and (B, H, T, S) weights."""
-    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(q.size(-1) ** -0.5)  # (B, H, T, S)
-    if mask is not None:
-        scores.masked_fill_(mask.logical_not(), float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    """softmax(q k^T / sqrt(Dh) + bias) v written out: (B, H, T, Dh) output, (B, H, T, S) weights.
+
+    `mask` is boolean (True = may attend) or already additive (0 or -inf), broadcastable to
+    (B, H, T, S); one batched matmul adds it while it computes and scales the scores.
+    """
+    B, H, T, Dh = q.shape
+    S = k.size(2)
+    keys_t = k.reshape(B * H, S, Dh).transpose(1, 2)  # (B * H, Dh, S)
+    if mask is None:
+        scores = torch.bmm(q.reshape(B * H, T, Dh), keys_t).mul_(Dh ** -0.5)
+    else:
+        bias = additive_mask(mask) if mask.dtype == torch.bool else mask
+        bias = bias.expand(B, H, bias.size(-2), S).reshape(B * H, -1, S)  # (B * H, 1 or T, S)
+        scores = torch.baddbmm(bias, q.reshape(B * H, T, Dh), keys_t, alpha=Dh ** -0.5)
+    weights = torch.softmax(scores.view(B, H, T, S).float(), dim=-1).to(q.dtype)
     return F.dropout(weights, dropout, training) @ v, weights
 
 
-def few_queries_on_cpu(q: torch.Tensor) -> bool:
-    """Whether this is a beam-search step on the CPU: no autograd, 2 to 32 queries per head.
+def explicit_is_faster(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether explicit matmuls beat PyTorch's fused kernel here: a decoding step on the CPU (no
+    autograd) with 2 to 32 queries per head, or one query against at least 4096 keys in all.
 
-    There the explicit path beats the fused kernel, whose blocking is tuned for long sequences:
-    2-2.5x on cross-attention from a sentence's 5 beams (shapes of beam 5 on Multi30k, 2
-    threads). With one query (greedy, self-attention steps) the two are even; training keeps
-    the fused kernel and its lean backward.
+    The fused kernel's blocking is tuned for long sequences: it took 2-2.5x as long on
+    cross-attention from a sentence's 5 beams (beam 5 on Multi30k, 2 threads), and 1.2-1.5x on
+    self-attention steps of 160 rows against 8 or more cached positions; below that, with one
+    query, it wins. Training keeps the fused kernel and its lean backward.
     """
-    return (q.device.type == "cpu" and not torch.is_grad_enabled()
-            and 1 < q.size(-2) <= 32)
+    T = q.size(-2)
+    return (q.device.type == "cpu" and not torch.is_grad_enabled() and T <= 32
+            and (T > 1 or q.size(0) * q.size(1) * k.size(-2) >= 4096))
 
 
-def extend_cache(cache: dict, k: torch.Tensor, v: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Self-attention's cache after this step: the cached keys and values, their rows picked by
-    a pending beam reorder (`defer_reorder`), then this step's (B, H, T, Dh) ones. Picking and
-    appending write one new tensor, so a step copies the past once, not twice."""
-    if "k" not in cache:
-        cache["k"], cache["v"] = k, v
-        return k, v
-    rows = cache.pop("rows", None)
-    for name, new in (("k", k), ("v", v)):
-        past = cache[name]  # (B', H, S_past, Dh)
-        S = past.size(2)
-        out = new.new_empty(new.size(0), new.size(1), S + new.size(2), new.size(3))
-        if rows is None:
-            out[:, :, :S] = past
-        else:
-            torch.index_select(past, 0, rows, out=out[:, :, :S])
-        out[:, :, S:] = new
-        cache[name] = out
-    return cache["k"], cache["v"]
+def extend_cache(cache: dict, kv: torch.Tensor) -> torch.Tensor:
+    """Self-attention's cache after this step: the cached keys and values, (2, B', H, S_past,
+    Dh), their rows picked by a pending beam reorder (`defer_reorder`), then this step's (2, B,
+    H, T, Dh) ones. Picking and appending write one new tensor, so a step copies the past once,
+    not twice; keys and values sit in one tensor, so each is one operation."""
+    if "kv" not in cache:
+        cache["kv"] = kv
+        return kv
+    rows, past = cache.pop("rows", None), cache["kv"]
+    S = past.size(3)
+    out = kv.new_empty(2, kv.size(1), kv.size(2), S + kv.size(3), kv.size(4))
+    if rows is None:
+        out[:, :, :, :S] = past
+    else:
+        torch.index_select(past, 1, rows, out=out[:, :, :, :S])
+    out[:, :, :, S:] = kv
+    cache["kv"] = out
+    return out
 
 
 def defer_reorder(cache: dict, rows: torch.Tensor) -> dict:
     """A self-attention cache whose row i will be row `rows[i]` of this one: the pick is made by
     the next `extend_cache` (composed with any pick still pending), not copied now."""
-    if "k" not in cache:
+    if "kv" not in cache:
         return {}
     pending = cache.get("rows")
-    return {"k": cache["k"], "v": cache["v"], "rows": rows if pending is None else pending[rows]}
+    return {"kv": cache["kv"], "rows": rows if pending is None else pending[rows]}
 
 
 class MultiHeadAttention(nn.Module):
@@ -151,7 +166,7 @@ class MultiHeadAttention(nn.Module):
             cache: a dict for incremental decoding. Self-attention appends this step's K, V to
                 it (`extend_cache`); cross-attention projects the memory once and reuses it.
             need_weights: use the explicit path and return the (B, H, T, S) attention weights.
-                Beam-search steps on the CPU take that path too (`few_queries_on_cpu`).
+                Decoding steps on the CPU take that path where it is faster (`explicit_is_faster`).
 
         Returns:
             (B, T, D) output and the weights (or None).
@@ -162,7 +177,7 @@ class MultiHeadAttention(nn.Module):
         groups = B // k.size(0)  # query rows per context row: a sentence's beams share its memory
         # a context row's G query rows are one query sequence: (Bc, H, G * T, Dh), a view
         q = self._split_heads(q.reshape(B // groups, groups * T, D))
-        explicit = need_weights or few_queries_on_cpu(q)
+        explicit = need_weights or explicit_is_faster(q, k)
         if causal and T == 1:
             causal = False  # one new query may see every key so far
         elif causal and (mask is not None or explicit or k.size(2) != T):
@@ -170,6 +185,11 @@ class MultiHeadAttention(nn.Module):
             full = causal_mask(T, offset, x.device)  # (T, S)
             mask, causal = (full if mask is None else mask & full), False
         weights = None
+        if explicit and context is not None and cache is not None and mask is not None:
+            if "bias" not in cache:  # the memory's mask, made additive once per sentence
+                shape = (k.size(0), self.heads, 1, k.size(2))  # (Bc, H, 1, S)
+                cache["bias"] = additive_mask(mask, q.dtype).expand(shape).contiguous()
+            mask = cache["bias"]
         if explicit:
             out, weights = explicit_attention(q, k, v, mask, self.dropout, self.training)
             if need_weights and groups > 1:  # one row per query: (B, H, T, S)
@@ -184,33 +204,31 @@ class MultiHeadAttention(nn.Module):
     def _project(self, x, context, cache):
         """Q (B, T, D) from x; K, V (Bc, H, S, Dh) from the context (or x), using and filling
         the cache."""
-        D = self.d_model
-        if self.fused_qkv:
-            if context is None:
-                q, k, v = self.qkv_proj(x).split(D, dim=-1)  # (B, T, D) x 3
-            else:
-                q = self.qkv_proj.rows(x, slice(0, D))
-                if cache is not None and "k" in cache:
-                    k = v = None
-                else:
-                    k, v = self.qkv_proj.rows(context, slice(D, 3 * D)).split(D, dim=-1)
+        D, cross = self.d_model, context is not None
+        if cross and cache is not None and "k" in cache:  # the memory's K, V never change
+            return self._queries(x), cache["k"], cache["v"]
+        if self.fused_qkv and not cross:
+            qkv = self.qkv_proj(x)  # (B, T, 3D)
+            q, kv = qkv[..., :D], qkv[..., D:]
         else:
-            q = self.q_proj(x)
-            kv_in = x if context is None else context
-            if context is not None and cache is not None and "k" in cache:
-                k = v = None
-            else:
-                k, v = self.k_proj(kv_in), self.v_proj(kv_in)
-        if k is not None:
-            k, v = self._split_heads(k), self._split_heads(v)  # (B, H, S, Dh)
-        if cache is not None:
-            if context is not None:  # cross-attention: the memory's K, V never change
-                if "k" not in cache:  # contiguous, so that no step copies them again
-                    cache["k"], cache["v"] = k.contiguous(), v.contiguous()
-                k, v = cache["k"], cache["v"]
-            else:
-                k, v = extend_cache(cache, k, v)  # (B, H, S_past + T, Dh) x 2
-        return q, k, v
+            q, kv = self._queries(x), self._keys_values(x if context is None else context)
+        kv = kv.view(*kv.shape[:2], 2, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if cache is not None:  # kv: (2, Bc, H, S, Dh)
+            if cross:  # contiguous, so that no step copies them again
+                cache["k"], cache["v"] = kv[0].contiguous(), kv[1].contiguous()
+                return q, cache["k"], cache["v"]
+            kv = extend_cache(cache, kv)  # (2, B, H, S_past + T, Dh)
+        return q, kv[0], kv[1]
+
+    def _queries(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) -> (B, T, D) queries."""
+        return self.qkv_proj.rows(x, slice(0, self.d_model)) if self.fused_qkv else self.q_proj(x)
+
+    def _keys_values(self, context: torch.Tensor) -> torch.Tensor:
+        """(B, S, D) -> (B, S, 2D): keys, then values."""
+        if self.fused_qkv:
+            return self.qkv_proj.rows(context, slice(self.d_model, 3 * self.d_model))
+        return torch.cat([self.k_proj(context), self.v_proj(context)], dim=-1)
 
     def unfuse(self) -> None:
         """Replace the fused (3D, D) Q/K/V projection by three (D, D) ones holding its weights,

@@ -19,6 +19,11 @@ ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_l
           and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
 
 
+ALL = slice(None)
+POST_OPS = {None: ("none", ""), "relu": ("relu", ""), "gelu": ("gelu", "none")}  # erf GELU
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
 def onednn_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """fp32 inference on the CPU: no autograd, no autocast."""
     return (ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
@@ -30,18 +35,20 @@ class Linear(nn.Linear):
     with a copy of the weight packed for it. The copy is made on first use and again
     whenever the weight changes (an optimizer step, loading, averaging: its version moves)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._matmul(x, slice(None), self.weight, self.bias)
+    def forward(self, x: torch.Tensor, activation: Optional[str] = None) -> torch.Tensor:
+        """x weight^T + bias, then `activation` ("relu", "gelu" or None): oneDNN applies it to
+        the matmul's output as it writes it."""
+        if onednn_applies(x, self.weight):
+            attr, algorithm = POST_OPS[activation]
+            return torch.ops.mkldnn._linear_pointwise(x, self._packed_weight(ALL), self.bias,
+                                                      attr, [], algorithm)
+        y = F.linear(x, self.weight, self.bias)
+        return ACTIVATIONS[activation](y) if activation else y
 
     def rows(self, x: torch.Tensor, rows: slice) -> torch.Tensor:
         """The output features `rows` only: (..., in) -> (..., len(rows)), as
         `self(x)[..., rows]` but computing just those (a fused Q/K/V projection's Q, say)."""
-        bias = None if self.bias is None else self.bias[rows]
-        return self._matmul(x, rows, self.weight[rows], bias)
-
-    def _matmul(self, x: torch.Tensor, rows: slice, weight: torch.Tensor,
-                bias: Optional[torch.Tensor]) -> torch.Tensor:
-        """x weight^T + bias, where `weight` is `self.weight[rows]`."""
+        weight, bias = self.weight[rows], None if self.bias is None else self.bias[rows]
         if onednn_applies(x, weight):
             return torch.ops.mkldnn._linear_pointwise(x, self._packed_weight(rows), bias,
                                                       "none", [], "")

@@ -15,7 +15,7 @@ from torch import nn
 
 from translate.config import TransformerConfig
 from translate.models.attention import MultiHeadAttention, defer_reorder, padding_mask
-from translate.models.linear import Linear
+from translate.models.linear import ACTIVATIONS, Linear
 from translate.tokenizer import PAD
 
 
@@ -120,11 +120,18 @@ class FeedForward(nn.Module):
         super().__init__()
         self.fc1 = Linear(cfg.d_model, cfg.ffn_dim)
         self.fc2 = Linear(cfg.ffn_dim, cfg.d_model)
-        self.activation = F.gelu if cfg.activation == "gelu" else F.relu
+        if cfg.activation not in ACTIVATIONS:
+            raise ValueError(f"model.activation must be one of {sorted(ACTIVATIONS)}, "
+                             f"got {cfg.activation!r}")
+        self.activation = cfg.activation  # applied by fc1 (fused into its matmul on the CPU)
         self.dropout = Dropout(cfg.activation_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.dropout(self.activation(self.fc1(x))))  # (B, L, D)
+        if isinstance(self.fc1, Linear):
+            hidden = self.fc1(x, self.activation)
+        else:  # an int8 copy's quantized layer (translate.quantize)
+            hidden = ACTIVATIONS[self.activation](self.fc1(x))
+        return self.fc2(self.dropout(hidden))  # (B, L, D)
 
 
 class EncoderLayer(nn.Module):
