@@ -80,10 +80,10 @@ def decode_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence
                 found = beam_search(model, src, max(cfg.beam, nbest), limits, cfg.lenpen, nbest)
             else:
                 found = [[Hypothesis(ids, 0.0, 0.0)] for ids in greedy_search(model, src, limits)]
+        texts = iter(tokenizer.decode_tgt([h.tokens for hyps in found for h in hyps]))
         for i, hyps in zip(idx, found):
-            texts = tokenizer.decode_tgt([h.tokens for h in hyps])
-            outputs[i] = [Translation(t, h.score, h.logprob, len(h.tokens))
-                          for t, h in zip(texts, hyps)]
+            outputs[i] = [Translation(next(texts), h.score, h.logprob, len(h.tokens))
+                          for h in hyps]
         bar.update(len(idx))
     bar.close()
     return outputs
