@@ -1,5 +1,6 @@
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from translate.models.attention import (AdditiveAttention, MultiHeadAttention, causal_mask,
@@ -166,3 +167,14 @@ def test_onednn_linear_follows_weight_changes_and_copies():
     out = layer(x)  # autograd on: F.linear, gradients flow
     out.sum().backward()
     assert layer.weight.grad is not None and out.requires_grad
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_activation_fused_into_the_matmul_equals_applying_it_after(activation):
+    from translate.models.linear import Linear
+
+    layer, x = Linear(16, 24), torch.randn(3, 5, 16)
+    plain = getattr(F, activation)(x @ layer.weight.T + layer.bias)
+    with torch.no_grad():  # oneDNN applies it as it writes the output
+        torch.testing.assert_close(layer(x, activation), plain, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(layer(x, activation), plain)  # autograd on: applied after

@@ -74,6 +74,11 @@ def test_learned_positions_and_gelu_build_and_run():
     assert m(src, tgt).shape == (2, 5, V + 10)
 
 
+def test_unknown_activation_is_a_clear_error():
+    with pytest.raises(ValueError, match="model.activation must be one of"):
+        build_model(TransformerConfig(d_model=32, heads=2, activation="swish"), V, V, True)
+
+
 def test_too_long_input_is_a_clear_error(model):
     src = torch.randint(4, V, (1, model.cfg.max_positions + 1))
     with pytest.raises(ValueError, match="exceeds max_positions"):
