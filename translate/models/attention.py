@@ -54,7 +54,8 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch
 
 def additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Boolean mask (True = may attend) -> the same shape of 0 where True, -inf where False."""
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return bias.masked_fill_(~mask, float("-inf"))
 
 
 def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
