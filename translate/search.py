@@ -66,7 +66,7 @@ def _step_candidates(model: nn.Module, last: torch.Tensor, memory, state, k: int
 
     Ranking the logits needs no normalization, so the top k come straight from them; only the k
     winners are turned into log-probs. Rows flagged `eos_only` may only end (their other
-    candidates score -inf and carry PAD).
+    candidates score -inf).
 
     Args:
         last: (N, 1) newest tokens.
@@ -85,7 +85,6 @@ def _step_candidates(model: nn.Module, last: torch.Tensor, memory, state, k: int
     if eos_only is not None:  # EOS is their one candidate
         row_max = row_max.clone()
         top_logits[eos_only] = float("-inf")
-        top_tokens[eos_only] = PAD
         top_logits[eos_only, 0] = logits[eos_only, EOS]
         top_tokens[eos_only, 0] = EOS
     ruled.copy_(ruled_out)

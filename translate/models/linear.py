@@ -38,21 +38,23 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor, activation: Optional[str] = None) -> torch.Tensor:
         """x weight^T + bias, then `activation` ("relu", "gelu" or None): oneDNN applies it to
         the matmul's output as it writes it."""
-        if onednn_applies(x, self.weight):
-            attr, algorithm = POST_OPS[activation]
-            return torch.ops.mkldnn._linear_pointwise(x, self._packed_weight(ALL), self.bias,
-                                                      attr, [], algorithm)
-        y = F.linear(x, self.weight, self.bias)
-        return ACTIVATIONS[activation](y) if activation else y
+        return self._matmul(x, ALL, self.weight, self.bias, activation)
 
     def rows(self, x: torch.Tensor, rows: slice) -> torch.Tensor:
         """The output features `rows` only: (..., in) -> (..., len(rows)), as
         `self(x)[..., rows]` but computing just those (a fused Q/K/V projection's Q, say)."""
-        weight, bias = self.weight[rows], None if self.bias is None else self.bias[rows]
+        bias = None if self.bias is None else self.bias[rows]
+        return self._matmul(x, rows, self.weight[rows], bias)
+
+    def _matmul(self, x: torch.Tensor, rows: slice, weight: torch.Tensor,
+                bias: Optional[torch.Tensor], activation: Optional[str] = None) -> torch.Tensor:
+        """activation(x weight^T + bias), where `weight` is `self.weight[rows]`."""
         if onednn_applies(x, weight):
-            return torch.ops.mkldnn._linear_pointwise(x, self._packed_weight(rows), bias,
-                                                      "none", [], "")
-        return F.linear(x, weight, bias)
+            attr, algorithm = POST_OPS[activation]
+            return torch.ops.mkldnn._linear_pointwise(x, self._packed_weight(rows), bias, attr,
+                                                      [], algorithm)
+        y = F.linear(x, weight, bias)
+        return ACTIVATIONS[activation](y) if activation else y
 
     def _packed_weight(self, rows: slice) -> torch.Tensor:
         key = (self.weight.data_ptr(), self.weight._version)
