@@ -10,6 +10,7 @@ from translate.models import build_model
 from translate.models.attention import AdditiveAttention, record_attention
 from translate.search import greedy_search
 from translate.tokenizer import PAD
+from translate.utils import resolve_precision
 
 V = 50
 
@@ -93,5 +94,9 @@ def test_tiny_rnn_learns_real_data_and_round_trips(trained_rnn_run, small_data):
     assert loaded.recipe.model.arch == "rnn"
     hyps = (trained_rnn_run.run_dir / "test_2016_flickr.hyp.de").read_text().splitlines()
     src = [json.loads(line)["en"] for line in (small_data / "test_2016_flickr.jsonl").open()]
-    again = translate_sentences(loaded.model, loaded.tokenizer, src[:20], loaded.recipe.decode)
+    # the run decoded its test split in the precision `auto` picked here (bf16 on a CPU with
+    # AMX, fp32 elsewhere): decode again in that precision, so the strings are comparable
+    precision = resolve_precision(loaded.recipe.train.precision, torch.device("cpu"))
+    again = translate_sentences(loaded.model, loaded.tokenizer, src[:20], loaded.recipe.decode,
+                                precision=precision)
     assert again == hyps[:20]
