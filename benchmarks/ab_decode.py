@@ -1,19 +1,21 @@
 """Decoding speed of two revisions of this repository, measured against each other chunk by chunk.
 
     python benchmarks/ab_decode.py CHECKPOINT REV_A REV_B --data ../shared/data/multi30k \
-        --beams 1,5 --rounds 3 --json ab.json
+        --beams 1,5 --precisions fp32,int8 --rounds 3 --json ab.json
 
 Each revision's `translate/` package is exported (`git archive`) under a name of its own, so both
 live in one process. The split is sorted by source length and cut into chunks of `--chunk`
 sentences (default `--batch`); every chunk is decoded by A and then B (the order
-alternating), so the VM's noise, which drifts over seconds, hits both alike. Printed per beam:
-sentences/s of each, B's speed over A's in every round and their median, and how many outputs
-are identical.
+alternating), so the VM's noise, which drifts over seconds, hits both alike. Printed per
+precision and beam: sentences/s of each, B's speed over A's in every round and their median,
+and how many outputs are identical. A revision with engines (`translate.engine`) decodes with
+`--engine` (default fast); an older one with what it had.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import re
@@ -39,6 +41,27 @@ def export(rev: str, name: str, into: Path) -> None:
         path.write_text(text, encoding="utf-8")
 
 
+def decoder(name: str, checkpoint: str, precision: str, engine: str):
+    """(translate(sentences, cfg) -> translations, loaded checkpoint) for the exported package
+    `name`, its model prepared for `precision` as `translate decode` prepares it."""
+    import torch
+
+    evaluation = importlib.import_module(f"{name}.evaluation")
+    loaded = importlib.import_module(f"{name}.checkpoint").load_checkpoint(checkpoint)
+    cpu = torch.device("cpu")
+    if hasattr(evaluation, "decoding_model"):  # a revision with engines
+        chosen = importlib.import_module(f"{name}.engine").resolve_engine(engine, cpu)
+        model, precision = evaluation.decoding_model(loaded.model, precision, cpu, chosen)
+        extra = {"engine": chosen}
+    else:
+        quantize = importlib.import_module(f"{name}.quantize")
+        model, precision = quantize.decoding_model(loaded.model, precision, cpu)
+        extra = {}
+    translate = functools.partial(evaluation.translate_sentences, model, loaded.tokenizer,
+                                  device="cpu", precision=precision, **extra)
+    return (lambda sentences, cfg: translate(sentences, cfg)), loaded
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -48,6 +71,8 @@ def main() -> None:
     ap.add_argument("--data", default="../shared/data/multi30k")
     ap.add_argument("--split", default="test_2016_flickr")
     ap.add_argument("--beams", default="1,5")
+    ap.add_argument("--precisions", default="fp32", help="comma-separated: fp32, bf16, int8")
+    ap.add_argument("--engine", default="fast", help="for revisions with engines")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32, help="sentences decoded at once")
     ap.add_argument("--chunk", type=int, default=0,
@@ -61,48 +86,53 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     tmp = Path(tempfile.mkdtemp(prefix="ab_decode-"))
     sys.path.insert(0, str(tmp))
-    systems = {}
+    names = {}
     for label, rev in (("A", args.rev_a), ("B", args.rev_b)):
-        name = f"translate_{label.lower()}"
-        export(rev, name, tmp)
-        load = importlib.import_module(f"{name}.checkpoint").load_checkpoint
-        evaluation = importlib.import_module(f"{name}.evaluation")
-        config = importlib.import_module(f"{name}.config")
-        data = importlib.import_module(f"{name}.data")
-        loaded = load(args.checkpoint)
-        cfg = config.DecodeConfig(lenpen=0.6, batch_size=args.batch, max_tokens=10 ** 9)
-        systems[label] = (evaluation.translate_sentences, loaded, cfg)
+        names[label] = f"translate_{label.lower()}"
+        export(rev, names[label], tmp)
+    data = importlib.import_module(f"{names['A']}.data")
+    config = importlib.import_module(f"{names['A']}.config")
+    report = {"rev_a": args.rev_a, "rev_b": args.rev_b, "engine": args.engine, "results": {}}
+    for precision in args.precisions.split(","):
+        systems = {label: decoder(name, args.checkpoint, precision, args.engine)
+                   for label, name in names.items()}
+        loaded = systems["A"][1]
         src, _ = data.load_split(replace(loaded.recipe.data, dataset=args.data), args.split)
-    tokenizer = systems["A"][1].tokenizer
-    src = sorted(src, key=lambda s: len(tokenizer.encode_src([s])[0]))
-    size = args.chunk or args.batch
-    chunks = [src[i: i + size] for i in range(0, len(src), size)]
-
-    report = {"rev_a": args.rev_a, "rev_b": args.rev_b, "sentences": len(src), "beams": {}}
-    for beam in (int(b) for b in args.beams.split(",")):
-        seconds = {label: [0.0] * args.rounds for label in systems}
-        outputs = {label: [] for label in systems}
-        for translate, loaded, cfg in systems.values():  # warm up
-            translate(loaded.model, loaded.tokenizer, chunks[0], replace(cfg, beam=beam))
-        for r in range(args.rounds):
-            for c, chunk in enumerate(chunks):
-                for label in ("A", "B") if (c + r) % 2 == 0 else ("B", "A"):
-                    translate, loaded, cfg = systems[label]
-                    start = time.perf_counter()
-                    out = translate(loaded.model, loaded.tokenizer, chunk, replace(cfg, beam=beam))
-                    seconds[label][r] += time.perf_counter() - start
-                    if r == 0:
-                        outputs[label] += out
-        ratios = [a / b for a, b in zip(seconds["A"], seconds["B"])]
-        same = sum(a == b for a, b in zip(outputs["A"], outputs["B"]))
-        row = {label: len(src) / statistics.median(s) for label, s in seconds.items()}
-        report["beams"][beam] = {"sent_per_s": row, "b_over_a_per_round": ratios,
-                                 "b_over_a": statistics.median(ratios), "identical": same}
-        print(f"beam {beam}: A {row['A']:.1f}, B {row['B']:.1f} sent/s; B/A "
-              f"{statistics.median(ratios):.3f} (rounds {', '.join(f'{x:.3f}' for x in ratios)}); "
-              f"identical outputs {same}/{len(src)}")
+        src = sorted(src, key=lambda s: len(loaded.tokenizer.encode_src([s])[0]))
+        size = args.chunk or args.batch
+        chunks = [src[i: i + size] for i in range(0, len(src), size)]
+        cfg = config.DecodeConfig(lenpen=0.6, batch_size=args.batch, max_tokens=10 ** 9)
+        report["sentences"] = len(src)
+        for beam in (int(b) for b in args.beams.split(",")):
+            row = ab_rounds(systems, chunks, replace(cfg, beam=beam), args.rounds)
+            report["results"][f"{precision} beam {beam}"] = row
+            print(f"{precision} beam {beam}: A {row['sent_per_s']['A']:.1f}, B "
+                  f"{row['sent_per_s']['B']:.1f} sent/s; B/A {row['b_over_a']:.3f} (rounds "
+                  f"{', '.join(f'{x:.3f}' for x in row['b_over_a_per_round'])}); identical "
+                  f"outputs {row['identical']}/{len(src)}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+def ab_rounds(systems: dict, chunks: list[list[str]], cfg, rounds: int) -> dict:
+    """Time A and B chunk by chunk, in alternating order, for `rounds` rounds."""
+    seconds = {label: [0.0] * rounds for label in systems}
+    outputs = {label: [] for label in systems}
+    for translate, _ in systems.values():  # warm up
+        translate(chunks[0], cfg)
+    for r in range(rounds):
+        for c, chunk in enumerate(chunks):
+            for label in ("A", "B") if (c + r) % 2 == 0 else ("B", "A"):
+                start = time.perf_counter()
+                out = systems[label][0](chunk, cfg)
+                seconds[label][r] += time.perf_counter() - start
+                if r == 0:
+                    outputs[label] += out
+    ratios = [a / b for a, b in zip(seconds["A"], seconds["B"])]
+    sentences = sum(len(c) for c in chunks)
+    return {"sent_per_s": {label: sentences / statistics.median(s) for label, s in seconds.items()},
+            "b_over_a_per_round": ratios, "b_over_a": statistics.median(ratios),
+            "identical": sum(a == b for a, b in zip(outputs["A"], outputs["B"]))}
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ each run in a worker process of their own (CTranslate2's OpenMP threads, once th
 halve the speed of PyTorch code in the same process), and only one works at a time.
 
   ours         `translate_sentences` in fp32, in bf16 autocast, and with int8 dynamic quantization
-               of every Linear (`translate.quantize.quantize_int8`, as `--precision int8`).
+               of every Linear (`translate.fast.quantize_int8`, as `--precision int8`), all with
+               the fast engine (`--engine fast`, the default on the CPU).
   hf m2m100    `M2M100ForConditionalGeneration.generate` holding our weights. MarianMT is post-norm
                and cannot hold our pre-norm model; M2M100 is pre-norm with final LayerNorms and
                sqrt(D)-scaled embeddings, and we overwrite its sinusoidal table with ours at the
@@ -34,6 +35,7 @@ What the peers cannot match exactly:
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -53,9 +55,10 @@ from translate.checkpoint import Loaded, load_checkpoint
 from translate.config import DecodeConfig
 from translate.data import load_split, pad
 from translate.evaluation import length_batches, score, translate_sentences
+from translate.fast import ENGINE, accelerate, quantize_int8
 from translate.models.transformer import Embedding, Transformer
-from translate.quantize import quantize_int8
-from translate.tokenizer import BOS, EOS, PAD, Tokenizer
+from translate.tokenizer import Tokenizer
+from translate.tokens import BOS, EOS, PAD
 from translate.utils import cpu_name
 
 LENPEN, BATCH, MODES = 0.6, 32, {"greedy": 1, "beam5": 5}
@@ -64,17 +67,14 @@ Translate = Callable[[Sequence[str], int], list[str]]  # (sentences, beam) -> tr
 
 def position_table(embed: Embedding) -> torch.Tensor:
     """(max_positions, D) what the embedding adds at each position."""
-    return embed.positions.weight if embed.positions is not None else embed.table
+    return embed.position_table()
 
 
 def qkv(attn: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     """An attention module's (3D, D) Q/K/V weight and (3D,) bias, Q first."""
-    if attn.fused_qkv:
-        w, b = attn.qkv_proj.weight, attn.qkv_proj.bias
-    else:
-        parts = [attn.q_proj, attn.k_proj, attn.v_proj]
-        w = torch.cat([p.weight for p in parts])
-        b = None if parts[0].bias is None else torch.cat([p.bias for p in parts])
+    parts = [attn.q_proj, attn.k_proj, attn.v_proj]
+    w = torch.cat([p.weight for p in parts])
+    b = None if parts[0].bias is None else torch.cat([p.bias for p in parts])
     return w, torch.zeros(w.size(0)) if b is None else b
 
 
@@ -302,10 +302,11 @@ def build_systems(loaded: Loaded, cfg: DecodeConfig, threads: int, ct2_dir: Path
     if "ours" in families:
         def ours(m: nn.Module, precision: str = "fp32") -> Translate:
             return lambda s, beam: translate_sentences(m, tok, s, replace(cfg, beam=beam), "cpu",
-                                                       precision)
+                                                       precision, engine=ENGINE)
 
-        systems.update({"ours fp32": ours(model), "ours bf16": ours(model, "bf16"),
-                        "ours int8": ours(quantize_int8(model))})
+        fast = accelerate(copy.deepcopy(model))
+        systems.update({"ours fp32": ours(fast), "ours bf16": ours(fast, "bf16"),
+                        "ours int8": ours(accelerate(quantize_int8(model)))})
     if "hf" in families:
         try:
             systems["hf m2m100"] = HF(to_m2m100(model), *peer_args)

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from translate.models.linear import ONEDNN
+from translate.fast.linear import ONEDNN
 from translate.utils import cpu_name
 
 SHAPES = [  # (rows, in, out, what)

@@ -1,9 +1,10 @@
-"""Shared fixtures: the real Multi30k copy beside the project, small subsets, a tiny recipe."""
+"""Shared fixtures: the Multi30k sample in tests/data, the full copy (slow tests), a tiny recipe."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read by `datasets` at import: never touch the hub
 
 MULTI30K = Path(os.environ.get("MULTI30K", Path(__file__).resolve().parents[2] / "shared/data/multi30k"))
+SAMPLE = Path(__file__).resolve().parent / "data" / "multi30k"  # committed: see its README.md
 
 
 def pytest_configure(config):
@@ -28,6 +30,7 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(scope="session")
 def multi30k() -> Path:
+    """The full Multi30k copy outside the repository: for tests marked slow only."""
     if not (MULTI30K / "train.jsonl").is_file():
         pytest.fail(f"the Multi30k copy is missing at {MULTI30K} (set MULTI30K=PATH)")
     return MULTI30K
@@ -44,15 +47,10 @@ def read_jsonl(path: Path, n: int | None = None) -> list[dict]:
 
 
 @pytest.fixture(scope="session")
-def small_data(multi30k, tmp_path_factory) -> Path:
-    """A folder with the first 2000 train pairs and 100-pair dev/test splits of Multi30k."""
-    folder = tmp_path_factory.mktemp("multi30k_small")
-    for name, source, n in [("train", "train", 2000), ("validation", "validation", 100),
-                            ("test_2016_flickr", "test_2016_flickr", 100)]:
-        rows = read_jsonl(multi30k / f"{source}.jsonl", n)
-        (folder / f"{name}.jsonl").write_text(
-            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return folder
+def small_data(tmp_path_factory) -> Path:
+    """A copy of the committed sample: 2000 usable train pairs (and 2 broken ones), 100-pair
+    validation, test_2016_flickr and test_2017_flickr splits."""
+    return Path(shutil.copytree(SAMPLE, tmp_path_factory.mktemp("data") / "multi30k"))
 
 
 TINY_TRAIN = [

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from translate.config import DecodeConfig, TransformerConfig
-from translate.models import build_model
+from translate.config import DecodeConfig
+from translate.models import TransformerConfig, build_model
 from translate.search import greedy_search
-from translate.tokenizer import BOS, EOS, PAD
+from translate.tokens import BOS, EOS, PAD
 
 _spec = importlib.util.spec_from_file_location(
     "decode_benchmark", Path(__file__).resolve().parents[1] / "benchmarks" / "decode.py")
@@ -22,7 +22,7 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 V = 40
-VARIANTS = [{}, {"fused_qkv": False, "positions": "learned", "activation": "gelu"}]
+VARIANTS = [{}, {"qkv_bias": False, "positions": "learned", "activation": "gelu"}]
 VOCABULARY = ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4, V)]
 
 

@@ -13,9 +13,9 @@ from translate.cli import main
 from translate.compare import attention_maps, bleu_by_length, pick_sentences
 from translate.data import pad
 from translate.evaluation import score, translate_sentences
-from translate.models.attention import record_attention
+from translate.compare import record_attention
 from translate.report import markdown_table
-from translate.tokenizer import BOS
+from translate.tokens import BOS
 
 PNG = b"\x89PNG\r\n\x1a\n"
 SECTIONS = ["## Findings", "## Systems", "## Significance: paired bootstrap resampling",

@@ -5,7 +5,8 @@ import pytest
 from translate.config import DataConfig, TokenizerConfig
 from translate.data import (DataError, clean_text_pairs, collate, encode_pairs, load_split,
                             token_batches)
-from translate.tokenizer import BOS, EOS, PAD, Tokenizer
+from translate.tokenizer import Tokenizer
+from translate.tokens import BOS, EOS, PAD
 from conftest import read_jsonl
 
 PAIRS = [{"en": "A dog runs.", "de": "Ein Hund rennt."}, {"en": "Two cats.", "de": "Zwei Katzen."}]
@@ -15,16 +16,26 @@ def cfg(path, **kw) -> DataConfig:
     return DataConfig(dataset=str(path), **kw)
 
 
-def test_local_multi30k_copy_loads_every_split(multi30k):
+def test_local_sample_loads_every_split(small_data):
+    src, tgt = load_split(cfg(small_data), "train")
+    assert len(src) == len(tgt) == 2002 and src[0].startswith("Two young, White males")
+    # the recipe maps test_2016_flickr -> "test" (hub name); the local file uses our name
+    assert len(load_split(cfg(small_data), "test_2016_flickr")[0]) == 100
+    assert len(load_split(cfg(small_data), "dev")[0]) == 100
+
+
+@pytest.mark.slow
+def test_full_multi30k_copy_loads_every_split(multi30k):
     src, tgt = load_split(cfg(multi30k), "train")
     assert len(src) == len(tgt) == 29000 and src[0].startswith("Two young, White males")
-    # the recipe maps test_2016_flickr -> "test" (hub name); the local file uses our name
     assert len(load_split(cfg(multi30k), "test_2016_flickr")[0]) == 1000
     assert len(load_split(cfg(multi30k), "dev")[0]) == 1014
+    keep, stats = clean_text_pairs(src, tgt)
+    assert stats.no_letters == 2 and stats.empty == 0 and len(keep) == 28998
 
 
-def test_flipping_languages_gives_de_en(multi30k):
-    src, tgt = load_split(cfg(multi30k, src_lang="de", tgt_lang="en"), "test_2016_flickr")
+def test_flipping_languages_gives_de_en(small_data):
+    src, tgt = load_split(cfg(small_data, src_lang="de", tgt_lang="en"), "test_2016_flickr")
     assert src[0].startswith("Ein Mann") and tgt[0].startswith("A man")
 
 
@@ -82,22 +93,22 @@ def test_hub_name_offline_says_how_to_use_a_local_copy():
     assert "\n" not in str(e.value)
 
 
-def test_environment_variable_points_at_local_copy(multi30k, monkeypatch):
-    monkeypatch.setenv("TRANSLATE_DATA", str(multi30k))
-    assert len(load_split(DataConfig(), "test_2016_flickr")[0]) == 1000
+def test_environment_variable_points_at_local_copy(small_data, monkeypatch):
+    monkeypatch.setenv("TRANSLATE_DATA", str(small_data))
+    assert len(load_split(DataConfig(), "test_2016_flickr")[0]) == 100
 
 
-def test_cleaning_drops_empty_and_letterless_pairs_by_rule(multi30k):
-    src, tgt = load_split(cfg(multi30k), "train")
-    keep, stats = clean_text_pairs(src, tgt)
-    assert stats.no_letters == 2 and stats.empty == 0 and len(keep) == 28998
+def test_cleaning_drops_empty_and_letterless_pairs_by_rule(small_data):
+    src, tgt = load_split(cfg(small_data), "train")
+    keep, stats = clean_text_pairs(src, tgt)  # the sample holds Multi30k train's two "@@" lines
+    assert stats.no_letters == 2 and stats.empty == 0 and len(keep) == 2000
     assert all(tgt[i] != "@@" for i in keep)
     keep, stats = clean_text_pairs(["a", "", "b", "  "], ["x", "y", "", "z"])
     assert keep == [0] and stats.empty == 3
 
 
-def test_encoding_is_cached_and_batches_respect_the_budget(multi30k, tmp_path):
-    rows = read_jsonl(multi30k / "train.jsonl", 500)
+def test_encoding_is_cached_and_batches_respect_the_budget(small_data, tmp_path):
+    rows = read_jsonl(small_data / "train.jsonl", 500)
     en, de = [r["en"] for r in rows], [r["de"] for r in rows]
     tok = Tokenizer.train(en, de, TokenizerConfig(vocab_size=500))
     first = encode_pairs(tok, en, de, str(tmp_path))

@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from translate.checkpoint import load_checkpoint
-from translate.config import RNNConfig
+from translate.compare import record_attention
 from translate.evaluation import translate_sentences
-from translate.models import build_model
-from translate.models.attention import AdditiveAttention, record_attention
+from translate.models import RNNConfig, build_model
+from translate.models.rnn import AdditiveAttention
 from translate.search import greedy_search
-from translate.tokenizer import PAD
+from translate.tokens import PAD
 from translate.utils import resolve_precision
 
 V = 50
@@ -45,10 +45,9 @@ def test_incremental_decoding_equals_full_recomputation(cell):
     model = make_model(cell)
     src, tgt = batch()
     full = model(src, tgt)
-    memory = model.encode(src)
-    state, steps = model.init_state(memory), []
+    state, steps = model.init_state(model.encode(src)), []
     for t in range(tgt.size(1)):
-        logits, state = model.decode(tgt[:, t: t + 1], memory, state)
+        logits, state = model.decode(tgt[:, t: t + 1], state)
         steps.append(logits)
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
     assert greedy_search(model, src, 12) == greedy_search(model, src, 12, use_cache=False)
@@ -71,7 +70,7 @@ def test_recorded_alignment_covers_real_source_only():
     assert alignment.shape == (3, 6, 7)
     torch.testing.assert_close(alignment.sum(-1), torch.ones(3, 6))
     assert torch.all(alignment[0, :, 4:] == 0)
-    assert model.attention.recorder is None  # recording stops with the block
+    assert not model.attention._forward_hooks  # recording stops with the block
 
 
 def test_tied_embeddings_are_one_matrix():

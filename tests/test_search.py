@@ -5,11 +5,11 @@ from dataclasses import dataclass, replace
 import pytest
 import torch
 
-from translate.config import DecodeConfig, RNNConfig, TransformerConfig
+from translate.config import DecodeConfig
 from translate.evaluation import decode_sentences, translate_sentences
-from translate.models import build_model
-from translate.search import beam_search, greedy_search, length_penalty, topk_rows
-from translate.tokenizer import BOS, EOS
+from translate.models import RNNConfig, TransformerConfig, build_model
+from translate.search import beam_search, greedy_search, length_penalty, top_candidates
+from translate.tokens import BOS, EOS, PAD
 
 A, B = 4, 5  # the toy model's two words
 
@@ -48,8 +48,7 @@ class ToyModel(torch.nn.Module):
     def init_state(self, memory):
         return Prefixes(torch.zeros(memory.tokens.size(0), 0, dtype=torch.long))
 
-    def decode(self, tgt_in, memory, state=None):
-        state = state or self.init_state(memory)
+    def decode(self, tgt_in, state):
         tokens = torch.cat([state.tokens, tgt_in], dim=1)
         logits = torch.full((*tgt_in.shape, self.vocab), -1e4)
         for n in range(tgt_in.size(0)):
@@ -105,9 +104,23 @@ def test_beam_one_equals_greedy_token_for_token(index):
     assert all(len(g) <= n for g, n in zip(greedy, limits.tolist()))
 
 
+@dataclass
+class Replay:
+    """The uncached search state: each row's tokens so far and its memory row."""
+
+    tokens: torch.Tensor  # (N, t)
+    memory: object  # a row per hypothesis
+
+    def reorder_beams(self, rows):
+        return Replay(self.tokens.index_select(0, rows), self.memory.index_select(rows))
+
+    def select(self, rows, sentences):
+        return self.reorder_beams(rows)
+
+
 class Uncached(torch.nn.Module):
-    """A model's search interface without its cache: every step recomputes the whole prefix
-    against the memory copied per row, so no cache, reordering or shared memory row is used."""
+    """A model's search interface without its cache: every step decodes the whole prefix from a
+    fresh state, so no cache, reordering or shared memory row is used."""
 
     def __init__(self, model):
         super().__init__()
@@ -117,14 +130,12 @@ class Uncached(torch.nn.Module):
         return self.model.encode(src)
 
     def init_state(self, memory):
-        return Prefixes(torch.zeros(memory.states.size(0), 0, dtype=torch.long))
+        return Replay(torch.zeros(memory.states.size(0), 0, dtype=torch.long), memory)
 
-    def decode(self, tgt_in, memory, state):
+    def decode(self, tgt_in, state):
         tokens = torch.cat([state.tokens, tgt_in], dim=1)  # (N, t) BOS first
-        rows = torch.arange(memory.states.size(0)).repeat_interleave(
-            tokens.size(0) // memory.states.size(0))
-        logits, _ = self.model.decode(tokens, memory.index_select(rows))
-        return logits[:, -1:], Prefixes(tokens)
+        logits, _ = self.model.decode(tokens, self.model.init_state(state.memory))
+        return logits[:, -1:], Replay(tokens, state.memory)
 
 
 @pytest.mark.parametrize("index", [0, 1], ids=["transformer", "rnn"])
@@ -180,15 +191,12 @@ def test_overlong_line_is_truncated_with_a_warning(trained_run, caplog):
     assert "over the model's limit" in caplog.text
 
 
-@pytest.mark.parametrize("shape,k", [((7, 8000), 10), ((3, 1000), 4), ((5, 997), 3), ((2, 6), 6)])
-def test_topk_rows_equals_topk(shape, k):
-    torch.manual_seed(0)
-    x = torch.randn(shape)
-    x[0, :50] = 9.0  # ties
-    x[-1] = float("-inf")  # a row with one finite value, as at a length limit
-    x[-1, 3] = 0.0
-    values, indices = topk_rows(x, k)
-    ref_values, _ = x.topk(k, dim=-1)
-    torch.testing.assert_close(values, ref_values)
-    torch.testing.assert_close(x.gather(1, indices), values)  # the indices point at the values
-    assert all(len(set(row)) == k for row in indices.tolist())  # distinct columns
+def test_top_candidates_rule_out_pad_and_bos_and_end_rows_at_their_limit():
+    logits = torch.randn(3, 10)
+    logits[:, PAD] = logits[:, BOS] = 50.0  # the most likely, yet never output
+    log_probs, tokens = top_candidates(logits.clone(), 4, torch.tensor([False, True, False]))
+    assert not ({PAD, BOS} & set(tokens.flatten().tolist()))
+    full = torch.log_softmax(logits, -1)  # normalized over the whole vocabulary
+    torch.testing.assert_close(log_probs[0], full[0].index_select(0, tokens[0]))
+    assert tokens[1, 0] == EOS and log_probs[1, 0] == full[1, EOS]
+    assert (log_probs[1, 1:] == float("-inf")).all()

@@ -2,12 +2,13 @@ import shutil
 import subprocess
 
 from translate.config import TokenizerConfig
-from translate.tokenizer import BOS, EOS, PAD, UNK, Tokenizer
+from translate.tokenizer import Tokenizer
+from translate.tokens import BOS, EOS, PAD, UNK
 from conftest import read_jsonl
 
 
-def test_round_trip_restores_text_and_model_file_is_standard(multi30k, tmp_path):
-    rows = read_jsonl(multi30k / "train.jsonl", 3000)
+def test_round_trip_restores_text_and_model_file_is_standard(small_data, tmp_path):
+    rows = read_jsonl(small_data / "train.jsonl", 2000)
     en, de = [r["en"] for r in rows], [r["de"] for r in rows]
     tok = Tokenizer.train(en, de, TokenizerConfig(vocab_size=2000))
     assert tok.joint and tok.src_vocab_size == 2000
@@ -27,8 +28,8 @@ def test_round_trip_restores_text_and_model_file_is_standard(multi30k, tmp_path)
         assert [int(i) for i in out.stdout.split()] == tok.tgt.encode(de[0])
 
 
-def test_separate_vocabularies(multi30k, tmp_path):
-    rows = read_jsonl(multi30k / "train.jsonl", 2000)
+def test_separate_vocabularies(small_data, tmp_path):
+    rows = read_jsonl(small_data / "train.jsonl", 2000)
     tok = Tokenizer.train([r["en"] for r in rows], [r["de"] for r in rows],
                           TokenizerConfig(vocab_size=800, joint=False, model_type="bpe"))
     assert not tok.joint

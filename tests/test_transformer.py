@@ -1,10 +1,9 @@
 import pytest
 import torch
 
-from translate.config import TransformerConfig
-from translate.models import build_model, count_parameters
+from translate.models import TransformerConfig, build_model, count_parameters
 from translate.search import greedy_search
-from translate.tokenizer import PAD
+from translate.tokens import PAD
 
 V = 50
 
@@ -44,13 +43,13 @@ def test_padding_leaves_real_positions_unchanged(model):
 def test_incremental_decoding_equals_full_recomputation(model):
     src, tgt = batch()
     full = model(src, tgt)
-    memory = model.encode(src)
-    state = model.init_state(memory)
+    state = model.init_state(model.encode(src))
     steps = []
     for t in range(tgt.size(1)):
-        logits, state = model.decode(tgt[:, t: t + 1], memory, state)
+        logits, state = model.decode(tgt[:, t: t + 1], state)
         steps.append(logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert state.offset == tgt.size(1)
 
 
 def test_greedy_with_cache_equals_greedy_without(model):
@@ -68,7 +67,7 @@ def test_tied_embeddings_share_one_matrix(model):
 
 def test_learned_positions_and_gelu_build_and_run():
     cfg = TransformerConfig(d_model=32, heads=2, ffn_dim=64, encoder_layers=1, decoder_layers=1,
-                            positions="learned", activation="gelu", fused_qkv=False, qkv_bias=False)
+                            positions="learned", activation="gelu", qkv_bias=False)
     m = build_model(cfg, V, V + 10, shared_vocab=False)
     src, tgt = batch()
     assert m(src, tgt).shape == (2, 5, V + 10)
@@ -83,3 +82,27 @@ def test_too_long_input_is_a_clear_error(model):
     src = torch.randint(4, V, (1, model.cfg.max_positions + 1))
     with pytest.raises(ValueError, match="exceeds max_positions"):
         model.encode(src)
+
+
+def test_attention_modules_declare_their_role_and_layer(model):
+    roles = {name: (m.role, m.layer) for name, m in model.named_modules() if hasattr(m, "role")}
+    assert roles["encoder_layers.1.self_attn"] == ("encoder self-attention", 1)
+    assert roles["decoder_layers.0.self_attn"] == ("decoder self-attention", 0)
+    assert roles["decoder_layers.1.cross_attn"] == ("cross-attention", 1)
+
+
+def test_old_fused_qkv_weights_load_as_three_projections(model):
+    from translate.checkpoint import upgrade_state_dict
+
+    old = {}
+    for key, value in model.state_dict().items():  # the layout older versions saved
+        if ".q_proj." in key:
+            parts = [model.state_dict()[key.replace(".q_proj.", f".{p}.")] for p in
+                     ("q_proj", "k_proj", "v_proj")]
+            old[key.replace(".q_proj.", ".qkv_proj.")] = torch.cat(parts)
+        elif ".k_proj." not in key and ".v_proj." not in key:
+            old[key] = value
+    twin = build_model(model.cfg, V, V, shared_vocab=True).eval()
+    twin.load_state_dict(upgrade_state_dict(old))
+    src, tgt = batch()
+    torch.testing.assert_close(twin(src, tgt), model(src, tgt))

@@ -21,7 +21,8 @@ from torch import nn
 
 from translate.config import Recipe, recipe_from_dict
 from translate.models import build_model
-from translate.tokenizer import SPECIAL_IDS, Tokenizer
+from translate.tokenizer import Tokenizer
+from translate.tokens import SPECIAL_IDS
 from translate.utils import first_line
 
 log = logging.getLogger(__name__)
@@ -157,7 +158,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
     model = build_model(recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size,
                         tokenizer.joint)
     try:
-        model.load_state_dict(data["model"])
+        model.load_state_dict(upgrade_state_dict(data["model"]))
     except RuntimeError as e:  # the first line only says "Error(s) in loading state_dict"
         detail = (str(e).splitlines() + [""])[1].strip()
         detail = detail if len(detail) <= 300 else detail[:300] + "..."
@@ -165,6 +166,19 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
                               f"model ({detail})") from None
     model.to(device).eval()
     return Loaded(model, recipe, tokenizer, int(data.get("step", 0)), data)
+
+
+def upgrade_state_dict(state: dict) -> dict:
+    """Weights saved by older versions, in today's names: attention's fused `qkv_proj` (one
+    (3D, D) matrix, Q first) becomes the three projections `q_proj`, `k_proj`, `v_proj`."""
+    upgraded = {}
+    for key, value in state.items():
+        if ".qkv_proj." in key:
+            for name, part in zip(("q_proj", "k_proj", "v_proj"), value.chunk(3)):
+                upgraded[key.replace(".qkv_proj.", f".{name}.")] = part.clone()
+        else:
+            upgraded[key] = value
+    return upgraded
 
 
 def step_number(path: Path) -> int:

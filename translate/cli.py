@@ -24,6 +24,12 @@ def _fail(error: Exception) -> None:
     raise click.ClickException(str(error)) from None
 
 
+engine_option = click.option(
+    "--engine", type=click.Choice(["auto", "fast", "plain"]), default="auto", show_default=True,
+    help="fast: the CPU speed work (translate.fast); plain: the textbook model as written, to "
+    "read and debug; auto: fast on the CPU, plain elsewhere. Translations agree to rounding.")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="translate")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
@@ -122,32 +128,34 @@ def _resume_recipe(run_dir: str, overrides: tuple, data_path: str | None):
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]),
               default=None, help="Decoding precision (default: the recipe's train.precision); "
               "int8 quantizes the linear layers, CPU only.")
+@engine_option
 def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max_tokens,
-           batch_size, chunk, interactive, device, precision):
+           batch_size, chunk, interactive, device, precision, engine):
     """Translate raw sentences with a CHECKPOINT (a .pt file or a run folder)."""
     from dataclasses import replace
 
     from translate.checkpoint import load_checkpoint
-    from translate.evaluation import decode_sentences
-    from translate.quantize import decoding_model
+    from translate.engine import resolve_engine
+    from translate.evaluation import decode_sentences, decoding_model
     from translate.utils import pick_device
 
     try:
         dev = pick_device(device)
         loaded = load_checkpoint(checkpoint, dev)
+        engine = resolve_engine(engine, dev)
         changes = {"beam": beam, "lenpen": lenpen, "max_tokens": max_tokens,
                    "batch_size": batch_size}
         cfg = replace(loaded.recipe.decode, **{k: v for k, v in changes.items() if v is not None})
         if nbest > cfg.beam:
             raise click.UsageError(f"--nbest ({nbest}) cannot exceed the beam size ({cfg.beam})")
         model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
-                                          dev)
+                                          dev, engine)
         with _open_input(input_path) as source, _open_output(output_path) as sink:
             first = 0
             for lines in _chunks(source, input_path, 1 if interactive else chunk):
                 found = decode_sentences(model, loaded.tokenizer, lines, cfg, dev, precision,
                                          progress=output_path != "-" and sys.stderr.isatty(),
-                                         nbest=nbest, with_scores=scores)
+                                         nbest=nbest, with_scores=scores, engine=engine)
                 sink.write("".join(_format(first + i, hyps, nbest, scores)
                                    for i, hyps in enumerate(found)))
                 sink.flush()
@@ -224,8 +232,9 @@ def _read_input(path: str) -> list[str]:
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]),
               default=None, help="Decoding precision (default: the recipe's train.precision); "
               "int8 quantizes the linear layers, CPU only.")
+@engine_option
 def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_json, device,
-             precision):
+             precision, engine):
     """Score a CHECKPOINT on named splits, or score --hyp against --ref."""
     from dataclasses import asdict
 
@@ -243,7 +252,7 @@ def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_jso
             results = {Path(hyp).name: score(hyps, refs, lang or "de")}
         elif checkpoint:
             results = _score_checkpoint(checkpoint, splits, data_path, device, beam, lenpen,
-                                        precision)
+                                        precision, engine)
         else:
             raise click.UsageError("give a CHECKPOINT, or --hyp and --ref")
     except USER_ERRORS as e:
@@ -256,30 +265,31 @@ def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_jso
 
 
 def _score_checkpoint(checkpoint, splits, data_path, device, beam=None, lenpen=None,
-                      precision=None) -> dict:
+                      precision=None, engine="auto") -> dict:
     from dataclasses import replace
 
     from translate.checkpoint import load_checkpoint
     from translate.data import load_split
-    from translate.evaluation import score, translate_sentences
-    from translate.quantize import decoding_model
+    from translate.engine import resolve_engine
+    from translate.evaluation import decoding_model, score, translate_sentences
     from translate.utils import pick_device
 
     dev = pick_device(device)
     loaded = load_checkpoint(checkpoint, dev)
+    engine = resolve_engine(engine, dev)
     data_cfg = loaded.recipe.data
     if data_path:
         data_cfg = replace(data_cfg, dataset=data_path)
         os.environ.pop("TRANSLATE_DATA", None)
     model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
-                                      dev)
+                                      dev, engine)
     changes = {"beam": beam, "lenpen": lenpen}
     decode_cfg = replace(loaded.recipe.decode, **{k: v for k, v in changes.items() if v is not None})
     results = {}
     for split in splits or data_cfg.test_splits:
         src, ref = load_split(data_cfg, split)
         hyps = translate_sentences(model, loaded.tokenizer, src, decode_cfg, dev, precision,
-                                   progress=sys.stderr.isatty())
+                                   progress=sys.stderr.isatty(), engine=engine)
         results[split] = score(hyps, ref, data_cfg.tgt_lang)
     return results
 
@@ -295,7 +305,8 @@ def _score_checkpoint(checkpoint, splits, data_path, device, beam=None, lenpen=N
 @click.option("--device", default=None, help="cpu, cuda, mps (default: best available).")
 @click.option("--samples", type=click.IntRange(min=0), default=5, show_default=True,
               help="Sample translations shown side by side.")
-def compare(run_dirs, split, output, data_path, device, samples):
+@engine_option
+def compare(run_dirs, split, output, data_path, device, samples, engine):
     """Compare RUN_DIRS on one split and write a Markdown report; the first run is the baseline.
 
     Each run's best.pt decodes the split now (greedy). The report has a table per system,
@@ -309,7 +320,7 @@ def compare(run_dirs, split, output, data_path, device, samples):
         if data_path:
             os.environ.pop("TRANSLATE_DATA", None)
         results = run_compare(run_dirs, split, output, data_path, device, samples,
-                              progress=sys.stderr.isatty())
+                              progress=sys.stderr.isatty(), engine=engine)
     except USER_ERRORS as e:
         _fail(e)
     click.echo("\n".join(findings(results)))

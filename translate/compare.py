@@ -18,9 +18,11 @@ import json
 import logging
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -28,14 +30,17 @@ from torch import nn
 from translate.checkpoint import CheckpointError, Loaded, load_checkpoint
 from translate.config import DecodeConfig
 from translate.data import load_split, resolve_dataset
+from translate.engine import resolve_engine
 from translate.evaluation import score, translate_sentences
 from translate.models import count_parameters
-from translate.models.attention import record_attention
+from translate.models.attention import CROSS, DECODER_SELF, ENCODER_SELF, MultiHeadAttention
+from translate.models.rnn import AdditiveAttention
 from translate.plots import (Heatmap, MetricsError, plot_dev_curves, plot_heatmaps,
                              plot_length_buckets, pyplot, read_metrics)
 from translate.report import render_report
 from translate.search import greedy_search, max_output_length
-from translate.tokenizer import BOS, EOS, Tokenizer
+from translate.tokenizer import Tokenizer
+from translate.tokens import BOS, EOS
 from translate.utils import pick_device, resolve_precision
 
 log = logging.getLogger(__name__)
@@ -144,6 +149,38 @@ def pick_sentences(src: Sequence[str], k: int, shortest: int = 6, longest: int =
 # Attention maps
 
 
+@contextmanager
+def record_attention(model: nn.Module) -> Iterator[dict[str, list[torch.Tensor]]]:
+    """Collect attention weights while the block runs: {module name: [weights per call]}.
+
+    MultiHeadAttention calls are made to return their weights and add (B, H, T, S) tensors;
+    AdditiveAttention calls add (B, 1, S), one per decoder step. Each module's `role` and
+    `layer` say what it is.
+    """
+    maps: dict[str, list[torch.Tensor]] = {}
+    hooks = []
+    for name, module in model.named_modules():
+        if isinstance(module, (MultiHeadAttention, AdditiveAttention)):
+            maps[name] = []
+            hooks.append(module.register_forward_hook(partial(_keep_weights, maps[name])))
+        if isinstance(module, MultiHeadAttention):
+            hooks.append(module.register_forward_pre_hook(_ask_for_weights, with_kwargs=True))
+    try:
+        yield maps
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def _ask_for_weights(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    return args, {**kwargs, "need_weights": True}
+
+
+def _keep_weights(store: list, module: nn.Module, args: tuple, output: tuple) -> None:
+    weights = output[1].detach()
+    store.append(weights[:, None] if weights.dim() == 2 else weights)  # additive: (B, 1, S)
+
+
 @dataclass
 class AttentionMaps:
     """One sentence's attention weights, recorded while the model re-reads its greedy output."""
@@ -153,6 +190,7 @@ class AttentionMaps:
     tgt_in_pieces: list[str]  # T decoder inputs: BOS, then the output pieces
     out_pieces: list[str]  # T pieces predicted at each position (EOS last when the output ended)
     weights: dict[str, torch.Tensor]  # attention module -> (H, T_query, T_key); the RNN has H = 1
+    roles: dict[str, tuple[str, int]]  # attention module -> its role and layer
 
 
 @torch.no_grad()
@@ -181,28 +219,18 @@ def attention_maps(model: nn.Module, tokenizer: Tokenizer, sentence: str, cfg: D
         w = torch.cat(calls, dim=-2)[0].float().cpu()
         weights[module] = w if w.dim() == 3 else w[None]  # (H, T_query, T_key)
     src_piece, tgt_piece = tokenizer.src.id_to_piece, tokenizer.tgt.id_to_piece
+    modules = dict(model.named_modules())
+    roles = {name: (modules[name].role, modules[name].layer) for name in weights}
     return AttentionMaps(tokenizer.decode_tgt([hyp])[0], [src_piece(i) for i in src_ids],
                          [tgt_piece(i) for i in tgt_in[0].tolist()],
-                         [tgt_piece(i) for i in out_ids], weights)
-
-
-ENCODER_SELF, DECODER_SELF = "encoder self-attention", "decoder causal self-attention"
-
-
-def _role(module: str) -> str:
-    """What an attention module does, from its name in the model."""
-    if module.startswith("encoder_layers."):
-        return ENCODER_SELF
-    if module.endswith(".self_attn"):
-        return DECODER_SELF
-    return "cross-attention" if module.endswith(".cross_attn") else "additive (Bahdanau) alignment"
+                         [tgt_piece(i) for i in out_ids], weights, roles)
 
 
 def heatmap(maps: AttentionMaps, module: str, head: int | None = None, prefix: str = ""
             ) -> Heatmap:
     """One module's weights, averaged over heads unless `head` is given, with token labels."""
     w = maps.weights[module]  # (H, T_query, T_key)
-    role = _role(module)
+    role, layer = maps.roles[module]
     if role == ENCODER_SELF:
         axes = (maps.src_pieces, maps.src_pieces, "source (keys)", "source (queries)")
     elif role == DECODER_SELF:
@@ -210,9 +238,9 @@ def heatmap(maps: AttentionMaps, module: str, head: int | None = None, prefix: s
                 "target input (queries)")
     else:
         axes = (maps.src_pieces, maps.out_pieces, "source", "predicted target")
-    title = role
-    if "layers." in module:
-        title += f", layer {int(module.split('.')[1]) + 1}"
+    title = role if role != DECODER_SELF else "decoder causal self-attention"
+    if role in (ENCODER_SELF, DECODER_SELF, CROSS):
+        title += f", layer {layer + 1}"
     if w.size(0) > 1:
         title += ", heads averaged" if head is None else f", head {head + 1}"
     matrix = w.mean(0) if head is None else w[head]  # (T_query, T_key)
@@ -223,7 +251,7 @@ def attention_figure(maps: AttentionMaps, output: str | Path, title: str) -> Pat
     """Every attention module of one translation: a row per role, a column per layer."""
     rows: dict[str, list[Heatmap]] = {}
     for module in maps.weights:
-        rows.setdefault(_role(module), []).append(heatmap(maps, module))
+        rows.setdefault(maps.roles[module][0], []).append(heatmap(maps, module))
     return plot_heatmaps(list(rows.values()), output, title, max_columns=4)
 
 
@@ -236,17 +264,17 @@ def _unique_names(run_dirs: Sequence[str | Path]) -> list[str]:
     return [f"{n}-{i + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
 
 
-def _decode(run: Run, src: list[str], refs: list[str], device: torch.device, progress: bool
-            ) -> tuple[list[str], dict]:
+def _decode(run: Run, src: list[str], refs: list[str], device: torch.device, progress: bool,
+            engine) -> tuple[list[str], dict]:
     """The run's hypotheses and its row of the systems table."""
     recipe, model, tokenizer = run.loaded.recipe, run.loaded.model, run.loaded.tokenizer
     cfg = replace(recipe.decode, beam=1)  # every system greedy, whatever its recipe says
     precision = resolve_precision(recipe.train.precision, device)
     log.info("decoding %d sentences with %s", len(src), run.name)
     # warm up untimed, so the first run does not pay for one-time setup in its speed
-    translate_sentences(model, tokenizer, src[:WARMUP], cfg, device, precision)
+    translate_sentences(model, tokenizer, src[:WARMUP], cfg, device, precision, engine=engine)
     start = time.perf_counter()
-    hyps = translate_sentences(model, tokenizer, src, cfg, device, precision, progress)
+    hyps = translate_sentences(model, tokenizer, src, cfg, device, precision, progress, engine)
     seconds = time.perf_counter() - start
     scores = score(hyps, refs, recipe.data.tgt_lang)
     return hyps, {
@@ -259,7 +287,7 @@ def _decode(run: Run, src: list[str], refs: list[str], device: torch.device, pro
 
 def compare(run_dirs: Sequence[str | Path], split: str, output: str | Path,
             data: str | None = None, device: str | None = None, samples: int = 5,
-            progress: bool = False, n_bootstrap: int = 1000) -> dict:
+            progress: bool = False, n_bootstrap: int = 1000, engine: str = "auto") -> dict:
     """Decode `split` with every run's best.pt and write the report; returns results.json's dict.
 
     Args:
@@ -268,10 +296,14 @@ def compare(run_dirs: Sequence[str | Path], split: str, output: str | Path,
         output: the report folder.
         data: a dataset (folder or hub name) instead of the first run's `data.dataset`.
         samples: sample translations to show.
+        engine: auto, fast or plain (`translate.engine`).
     """
     pyplot()  # fail before decoding when matplotlib is missing
     dev = pick_device(device)
     runs = [open_run(d, n, dev) for d, n in zip(run_dirs, _unique_names(run_dirs))]
+    decoder = resolve_engine(engine, dev)
+    for run in runs:
+        decoder.prepare(run.loaded.model)
     data_cfg = runs[0].loaded.recipe.data
     for run in runs[1:]:
         other = run.loaded.recipe.data
@@ -288,7 +320,7 @@ def compare(run_dirs: Sequence[str | Path], split: str, output: str | Path,
 
     hyps, rows = {}, []
     for run in runs:
-        hyps[run.name], row = _decode(run, src, refs, dev, progress)
+        hyps[run.name], row = _decode(run, src, refs, dev, progress, decoder)
         row["hypotheses"] = f"{run.name}.{split}.hyp.{data_cfg.tgt_lang}"
         (output / row["hypotheses"]).write_text("".join(h + "\n" for h in hyps[run.name]),
                                                 encoding="utf-8")
@@ -332,7 +364,7 @@ def _attention_example(runs: list[Run], k: int, index: int, sentence: str, devic
         maps = attention_maps(run.loaded.model, run.loaded.tokenizer, sentence,
                               run.loaded.recipe.decode, device)
         translations[run.name] = maps.translation
-        cross = [m for m in maps.weights if _role(m) not in (ENCODER_SELF, DECODER_SELF)]
+        cross = [m for m in maps.weights if maps.roles[m][0] not in (ENCODER_SELF, DECODER_SELF)]
         prefix = f"{run.name} ({run.loaded.recipe.model.arch})\n"
         averaged.append([heatmap(maps, m, prefix=prefix) for m in cross])
         last = maps.weights[cross[-1]]  # (H, T, S)

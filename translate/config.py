@@ -4,7 +4,7 @@ A recipe has five sections, each a dataclass below:
 
     data:       where the parallel text comes from and how it is filtered
     tokenizer:  the SentencePiece spec (a path into tokenizers/ or inline keys)
-    model:      the architecture (`arch` picks the model class, the rest its hyperparameters)
+    model:      the architecture (`arch` picks the model and its config from translate.models)
     train:      optimisation, batching, validation and stopping
     decode:     search settings used for validation, `translate decode` and `evaluate`
 
@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
+
+from translate.models import MODELS
 
 
 class ConfigError(ValueError):
@@ -56,42 +58,6 @@ class TokenizerConfig:
 
 
 @dataclass(frozen=True)
-class TransformerConfig:
-    arch: str = "transformer"
-    d_model: int = 256
-    heads: int = 4
-    ffn_dim: int = 1024
-    encoder_layers: int = 3
-    decoder_layers: int = 3
-    dropout: float = 0.1  # on embeddings and every sublayer's output
-    attn_dropout: float = 0.0  # on attention weights
-    activation_dropout: float = 0.0  # on the FFN hidden layer
-    activation: str = "relu"  # relu | gelu
-    positions: str = "sinusoidal"  # sinusoidal | learned
-    max_positions: int = 1024
-    fused_qkv: bool = True  # one input projection for Q, K and V
-    qkv_bias: bool = True
-    tie_embeddings: bool = True  # source, target and output share weights (joint vocab only)
-
-
-@dataclass(frozen=True)
-class RNNConfig:
-    arch: str = "rnn"
-    cell: str = "gru"  # gru | lstm, in the encoder and the decoder
-    embed_dim: int = 256  # E; also the maxout output's width, so the output layer can be tied
-    encoder_hidden: int = 256  # per direction: annotations are 2x this wide
-    encoder_layers: int = 1
-    decoder_hidden: int = 512
-    attn_dim: int = 512  # width of the additive scorer's hidden layer
-    dropout: float = 0.3  # on embeddings, annotations and the output layers
-    max_positions: int = 1024  # longest source or output decoded (no position table)
-    tie_embeddings: bool = True  # target embedding = output projection (+ source when joint)
-
-
-MODEL_CONFIGS: dict[str, type] = {"transformer": TransformerConfig, "rnn": RNNConfig}
-
-
-@dataclass(frozen=True)
 class TrainConfig:
     seed: int = 1
     max_tokens: int = 4096  # tokens per batch (padded, source or target, whichever is larger)
@@ -119,6 +85,9 @@ class TrainConfig:
     log_every: int = 50
     threads: int = 0  # torch CPU threads; 0: torch's default
     compile: bool = False  # torch.compile the model
+    # fast: the engine's CPU speed work (translate.fast); plain: the textbook model as written;
+    # auto: fast on the CPU, plain elsewhere
+    engine: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -135,7 +104,7 @@ class DecodeConfig:
 class Recipe:
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    model: Any = field(default_factory=TransformerConfig)
+    model: Any = field(default_factory=lambda: MODELS["transformer"].config())
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
@@ -212,9 +181,9 @@ def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = N
         sections[name] = _build(cls, values, f"{where}: {name}")
     model_raw = dict(_section(raw, "model", where))
     arch = model_raw.get("arch", "transformer")
-    if not isinstance(arch, str) or arch not in MODEL_CONFIGS:
-        raise ConfigError(f"{where}: model.arch {arch!r} is unknown; valid: {sorted(MODEL_CONFIGS)}")
-    sections["model"] = _build(MODEL_CONFIGS[arch], model_raw, f"{where}: model")
+    if not isinstance(arch, str) or arch not in MODELS:
+        raise ConfigError(f"{where}: model.arch {arch!r} is unknown; valid: {sorted(MODELS)}")
+    sections["model"] = _build(MODELS[arch].config, model_raw, f"{where}: model")
     return Recipe(**sections)
 
 
@@ -331,7 +300,7 @@ def _apply_override(raw: dict, item: str) -> None:
 # Everything else (model, data, tokenizer, optimisation) shapes the weights and stays as trained.
 RESUME_KEYS = ("max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
                "patience", "keep_last", "save_every", "log_every", "threads", "max_bad_losses",
-               "monitor_splits")
+               "monitor_splits", "engine")
 
 
 def load_run_recipe(run_dir: Path, overrides: list[str] | tuple = ()) -> Recipe:

@@ -19,7 +19,8 @@ from typing import BinaryIO, Iterator, Sequence
 import torch
 
 from translate.config import DataConfig
-from translate.tokenizer import BOS, PAD, Tokenizer
+from translate.tokenizer import Tokenizer
+from translate.tokens import BOS, PAD
 from translate.utils import first_line
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,10 @@ from torch import nn
 
 from translate.config import DecodeConfig
 from translate.data import pad
+from translate.engine import PLAIN, Engine
 from translate.search import Hypothesis, beam_search, greedy_search, output_limits
 from translate.tokenizer import Tokenizer
-from translate.utils import autocast
+from translate.utils import autocast, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +48,34 @@ class Translation:
     tokens: int = 0  # output pieces, EOS excluded
 
 
+def decoding_model(model: nn.Module, precision: str, device: torch.device, engine: Engine
+                   ) -> tuple[nn.Module, str]:
+    """The model to decode with on `device`, and the autocast precision to run it under.
+
+    `precision` is a recipe's or the command line's name (auto, fp32, bf16, fp16, int8): int8
+    quantizes a copy of every linear layer and runs it without autocast. The engine is applied
+    to the model (in place, unless int8 made a copy).
+    """
+    precision = resolve_precision(precision, device)
+    if precision == "int8":
+        from translate.fast import quantize_int8
+
+        model, precision = quantize_int8(model), "fp32"
+    return engine.prepare(model), precision
+
+
 @torch.no_grad()
 def decode_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence[str],
                      cfg: DecodeConfig, device: torch.device | str = "cpu",
                      precision: str = "fp32", progress: bool = False, nbest: int = 1,
-                     with_scores: bool = False) -> list[list[Translation]]:
+                     with_scores: bool = False, engine: Engine = PLAIN
+                     ) -> list[list[Translation]]:
     """Translate raw sentences: for input i, its `nbest` translations, best first.
 
     Batches by length, restores the input order, gives an empty input one empty translation and
     truncates (with a warning) a line longer than the model's limit. Greedy search serves beam
-    1 unless scores or several hypotheses are asked for; beam search serves the rest.
+    1 unless scores or several hypotheses are asked for; beam search serves the rest, with the
+    engine's step (`engine.candidates`; the model is expected prepared by `engine.prepare`).
     """
     model.eval()
     device = torch.device(device)
@@ -77,7 +96,8 @@ def decode_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence
         limits = output_limits(src, cfg.max_len_a, cfg.max_len_b, limit)  # (B,)
         with autocast(device, precision):
             if use_beam:
-                found = beam_search(model, src, max(cfg.beam, nbest), limits, cfg.lenpen, nbest)
+                found = beam_search(model, src, max(cfg.beam, nbest), limits, cfg.lenpen, nbest,
+                                    engine.candidates)
             else:
                 found = [[Hypothesis(ids, 0.0, 0.0)] for ids in greedy_search(model, src, limits)]
         texts = iter(tokenizer.decode_tgt([h.tokens for hyps in found for h in hyps]))
@@ -91,9 +111,11 @@ def decode_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence
 
 def translate_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence[str],
                         cfg: DecodeConfig, device: torch.device | str = "cpu",
-                        precision: str = "fp32", progress: bool = False) -> list[str]:
+                        precision: str = "fp32", progress: bool = False,
+                        engine: Engine = PLAIN) -> list[str]:
     """Translate raw sentences; output i belongs to input i, an empty input gives ''."""
-    found = decode_sentences(model, tokenizer, sentences, cfg, device, precision, progress)
+    found = decode_sentences(model, tokenizer, sentences, cfg, device, precision, progress,
+                             engine=engine)
     return [hyps[0].text for hyps in found]
 
 

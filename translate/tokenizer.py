@@ -15,9 +15,8 @@ from typing import Iterable, Sequence
 import sentencepiece as spm
 
 from translate.config import TokenizerConfig
+from translate.tokens import BOS, EOS, PAD, SPECIAL_IDS, UNK  # noqa: F401 (re-exported)
 
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
-SPECIAL_IDS = {"pad": PAD, "unk": UNK, "bos": BOS, "eos": EOS}
 
 
 def train_sentencepiece(sentences: Sequence[str], cfg: TokenizerConfig, seed: int = 1) -> bytes:

@@ -16,16 +16,17 @@ from torch import nn
 
 from translate.checkpoint import (CheckpointError, check_free_space, check_writable,
                                   checkpoint_bytes, newest_checkpoint, save_checkpoint,
-                                  step_number)
+                                  step_number, upgrade_state_dict)
 from translate.config import ConfigError, Recipe, save_recipe
 from translate.data import (Batch, DataError, EncodedPairs, clean_text_pairs, collate,
                             encode_pairs, filter_lengths, load_split, resolve_dataset,
                             token_batches)
+from translate.engine import resolve_engine
 from translate.evaluation import score, translate_sentences
-from translate.loss import label_smoothed_cross_entropy
 from translate.metrics import LogWindow, MetricsLog
 from translate.models import build_model, count_parameters
-from translate.tokenizer import PAD, Tokenizer
+from translate.tokenizer import Tokenizer
+from translate.tokens import PAD
 from translate.utils import (autocast, first_line, pick_device, resolve_precision, rng_state,
                              seed_everything, set_rng_state, stop_signals)
 
@@ -117,12 +118,15 @@ class Trainer:
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         seed_everything(self.cfg.seed)
+        self.engine = resolve_engine(self.cfg.engine, self.device)
         self.tokenizer, self.train_pairs, self.dev = prepare_data(recipe, run_dir, tokenizer)
-        self.model = build_model(recipe.model, self.tokenizer.src_vocab_size,
-                                 self.tokenizer.tgt_vocab_size, self.tokenizer.joint).to(self.device)
+        model = build_model(recipe.model, self.tokenizer.src_vocab_size,
+                            self.tokenizer.tgt_vocab_size, self.tokenizer.joint)
+        self.model = self.engine.prepare(model.to(self.device))
         n_params = count_parameters(self.model)
         print(f"{recipe.model.arch}: {n_params / 1e6:.2f}M parameters, device {self.device}, "
-              f"precision {self.precision}, {torch.get_num_threads()} CPU threads", flush=True)
+              f"precision {self.precision}, {self.engine.name} engine, "
+              f"{torch.get_num_threads()} CPU threads", flush=True)
         self.forward = torch.compile(self.model) if self.cfg.compile else self.model
         # Exponential moving average of the weights: validated, saved and used to translate.
         self.ema = copy.deepcopy(self.model).eval().requires_grad_(False) \
@@ -158,8 +162,7 @@ class Trainer:
             batch = batch.to(self.device)
             with autocast(self.device, self.precision):
                 logits = self.forward(batch.src, batch.tgt_in)  # (B, T, V)
-            loss, nll = label_smoothed_cross_entropy(logits, batch.tgt_out,
-                                                     self.cfg.label_smoothing, PAD)
+            loss, nll = self.engine.loss(logits, batch.tgt_out, self.cfg.label_smoothing, PAD)
             self.scaler.scale(loss / total_tokens).backward()
             # one host sync per batch, as before; a NaN/inf loss's gradients are thrown away
             values = torch.stack([loss.detach().float(), nll.detach().float()])
@@ -211,15 +214,16 @@ class Trainer:
             batch = collate([pairs.src[i] for i in idx], [pairs.tgt[i] for i in idx]).to(self.device)
             with autocast(self.device, self.precision):
                 logits = model(batch.src, batch.tgt_in)
-            nll += float(label_smoothed_cross_entropy(logits, batch.tgt_out, 0.0, PAD)[1])
+            nll += float(self.engine.loss(logits, batch.tgt_out, 0.0, PAD)[1])
             tokens += batch.num_tgt_tokens
         return nll / max(tokens, 1)
 
     def validate(self) -> bool:
         """Score the dev set, log it, save checkpoints; return True when patience runs out."""
         loss = self.dev_loss()
-        hyps = translate_sentences(self.eval_model, self.tokenizer, self.dev["src"], self.recipe.decode,
-                                   self.device, self.precision)
+        hyps = translate_sentences(self.eval_model, self.tokenizer, self.dev["src"],
+                                   self.recipe.decode, self.device, self.precision,
+                                   engine=self.engine)
         bleu = score(hyps, self.dev["tgt"], self.recipe.data.tgt_lang).bleu
         improved = bleu > self.best_bleu
         record = {"kind": "valid", "step": self.step, "epoch": self.epoch, "dev_loss": loss,
@@ -228,7 +232,7 @@ class Trainer:
         for split in self.recipe.train.monitor_splits:
             src, ref = self.monitor[split]
             out = translate_sentences(self.eval_model, self.tokenizer, src, self.recipe.decode,
-                                      self.device, self.precision)
+                                      self.device, self.precision, engine=self.engine)
             record[f"{split}_bleu"] = score(out, ref, self.recipe.data.tgt_lang).bleu
         self.metrics.write(record)
         tqdm_write(f"step {self.step}: dev loss {loss:.3f}, dev BLEU {bleu:.2f}"
@@ -268,8 +272,8 @@ class Trainer:
     def restore(self, data: dict) -> None:
         """Continue from a checkpoint `save()` wrote: weights, optimizer, counters, RNG, log."""
         if self.ema is not None:
-            self.ema.load_state_dict(data["model"])
-        self.model.load_state_dict(data.get("train_model", data["model"]))
+            self.ema.load_state_dict(upgrade_state_dict(data["model"]))
+        self.model.load_state_dict(upgrade_state_dict(data.get("train_model", data["model"])))
         self.optimizer.load_state_dict(data["optimizer"])
         self.scheduler.load_state_dict(data["scheduler"])
         if data["scaler"]:
@@ -431,11 +435,12 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
                   f"batch {trainer.position}", flush=True)
         steps = trainer.run()
         best = load_checkpoint(run_dir / "best.pt", trainer.device)
+        model = trainer.engine.prepare(best.model)
         results = {}
         for split in recipe.data.test_splits:
             src, ref = load_split(recipe.data, split)
-            hyps = translate_sentences(best.model, best.tokenizer, src, recipe.decode,
-                                       trainer.device, trainer.precision, progress)
+            hyps = translate_sentences(model, best.tokenizer, src, recipe.decode,
+                                       trainer.device, trainer.precision, progress, trainer.engine)
             (run_dir / f"{split}.hyp.{recipe.data.tgt_lang}").write_text(
                 "".join(h + "\n" for h in hyps), encoding="utf-8")
             scores = score(hyps, ref, recipe.data.tgt_lang)

@@ -1,6 +1,7 @@
 """Numerical faults: a NaN/inf loss skips its batch, too many stop training; fp16 overflow."""
 
 import logging
+from dataclasses import replace
 
 import pytest
 import torch
@@ -10,20 +11,26 @@ import translate.training
 from conftest import TINY_OVERRIDES
 from translate.cli import main
 from translate.config import load_recipe
-from translate.loss import label_smoothed_cross_entropy
+from translate.engine import resolve_engine
 from translate.training import Trainer, TrainingError
 
 
-def poisoned_loss(bad_calls: set[int]):
-    """The real loss, made infinite on the calls numbered in `bad_calls` (1-based)."""
+def poisoned_engine(bad_calls: set[int]):
+    """`resolve_engine` whose engine's loss is made infinite on the calls numbered in
+    `bad_calls` (1-based)."""
     calls = []
 
-    def loss(*args):
-        calls.append(1)
-        value, nll = label_smoothed_cross_entropy(*args)
-        return (value * float("inf"), nll) if len(calls) in bad_calls else (value, nll)
+    def engine(name, device):
+        real = resolve_engine(name, device)
 
-    return loss
+        def loss(*args):
+            calls.append(1)
+            value, nll = real.loss(*args)
+            return (value * float("inf"), nll) if len(calls) in bad_calls else (value, nll)
+
+        return replace(real, loss=loss)
+
+    return engine
 
 
 @pytest.fixture
@@ -50,7 +57,7 @@ def test_a_nan_loss_skips_the_batch_without_touching_the_weights(monkeypatch, tr
     assert trainer.train_step(batch) is not None  # one real step: Adam has state now
     before = snapshot(trainer.model)
     adam = trainer.optimizer.state_dict()["state"][0]["exp_avg"].clone()
-    monkeypatch.setattr(translate.training, "label_smoothed_cross_entropy", poisoned_loss({1, 2}))
+    trainer.engine = poisoned_engine({1, 2})(trainer.cfg.engine, trainer.device)
     with caplog.at_level(logging.WARNING, logger="translate"):
         assert trainer.train_step(batch) is None
     assert "after step 1: inf loss" in caplog.text and "skipped (1 of at most 1)" in caplog.text
@@ -82,13 +89,11 @@ def test_training_goes_on_past_few_bad_losses_and_stops_on_many(monkeypatch, rec
             *[a for item in TINY_OVERRIDES for a in ("--set", item)], "--set",
             "train.max_steps=12", "--set", "train.eval_every=0", "--set", "data.test_splits=[]",
             "--set", "train.max_bad_losses=2"]
-    monkeypatch.setattr(translate.training, "label_smoothed_cross_entropy",
-                        poisoned_loss({3, 5}))
+    monkeypatch.setattr(translate.training, "resolve_engine", poisoned_engine({3, 5}))
     result = CliRunner().invoke(main, [*args, "--run-dir", str(tmp_path / "ok")])
     assert result.exit_code == 0, result.output
     assert "(step 12 of 12" in result.output
-    monkeypatch.setattr(translate.training, "label_smoothed_cross_entropy",
-                        poisoned_loss({3, 5, 6}))
+    monkeypatch.setattr(translate.training, "resolve_engine", poisoned_engine({3, 5, 6}))
     result = CliRunner().invoke(main, [*args, "--run-dir", str(tmp_path / "diverged")])
     assert result.exit_code == 1 and "Traceback" not in result.output
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]

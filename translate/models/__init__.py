@@ -1,22 +1,38 @@
-"""Model registry: the recipe's `model.arch` picks a class from MODELS."""
+"""The models: a recipe's `model.arch` names one entry of MODELS, its class and its config."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from torch import nn
 
-from translate.models.rnn import RNNSeq2Seq
-from translate.models.transformer import Transformer
+from translate.models.interface import DecoderState, Seq2Seq
+from translate.models.rnn import RNNConfig, RNNSeq2Seq
+from translate.models.transformer import Transformer, TransformerConfig
 
-MODELS: dict[str, type[nn.Module]] = {"transformer": Transformer, "rnn": RNNSeq2Seq}
+
+class ModelEntry(NamedTuple):
+    model: type[nn.Module]
+    config: type
+
+
+MODELS: dict[str, ModelEntry] = {
+    "transformer": ModelEntry(Transformer, TransformerConfig),
+    "rnn": ModelEntry(RNNSeq2Seq, RNNConfig),
+}
 
 
 def build_model(cfg, src_vocab: int, tgt_vocab: int, shared_vocab: bool) -> nn.Module:
-    """Instantiate the model named by `cfg.arch`."""
+    """Instantiate the model named by `cfg.arch` with its config `cfg`."""
     if cfg.arch not in MODELS:
         raise ValueError(f"unknown model arch '{cfg.arch}'; valid: {sorted(MODELS)}")
-    return MODELS[cfg.arch](cfg, src_vocab, tgt_vocab, shared_vocab)
+    return MODELS[cfg.arch].model(cfg, src_vocab, tgt_vocab, shared_vocab)
 
 
 def count_parameters(model: nn.Module) -> int:
     """Trainable parameters, each shared (tied) tensor counted once."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+__all__ = ["MODELS", "DecoderState", "RNNConfig", "RNNSeq2Seq", "Seq2Seq", "Transformer",
+           "TransformerConfig", "build_model", "count_parameters"]

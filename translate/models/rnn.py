@@ -5,7 +5,7 @@
     decoder    s_i = GRU([E y_{i-1}; c_i], s_{i-1}), with s_0 = tanh(W_init bwd_1)
     output     t_i = maxout(L [s_i; E y_{i-1}; c_i]), p(y_i) = softmax(E^T t_i) (tied when E allows)
 
-It offers the same interface as the Transformer (`encode`, `init_state`, `decode`, `forward`), so
+It offers the same interface as the Transformer (`Seq2Seq`: `encode`, `init_state`, `decode`), so
 training, checkpoints, search and evaluation treat both alike.
 
 Shapes: B batch, S source length, T target length, E embedding width, He encoder width per
@@ -14,18 +14,75 @@ direction, Hd decoder width, A attention width, V vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from translate.config import RNNConfig
-from translate.models.attention import AdditiveAttention
-from translate.models.linear import Linear
-from translate.models.transformer import Dropout
-from translate.tokenizer import PAD
+from translate.tokens import PAD
+
+ADDITIVE = "additive attention"
+
+
+@dataclass(frozen=True)
+class RNNConfig:
+    arch: str = "rnn"
+    cell: str = "gru"  # gru | lstm, in the encoder and the decoder
+    embed_dim: int = 256  # E; also the maxout output's width, so the output layer can be tied
+    encoder_hidden: int = 256  # per direction: annotations are 2x this wide
+    encoder_layers: int = 1
+    decoder_hidden: int = 512
+    attn_dim: int = 512  # width of the additive scorer's hidden layer
+    dropout: float = 0.3  # on embeddings, annotations and the output layers
+    max_positions: int = 1024  # longest source or output decoded (no position table)
+    tie_embeddings: bool = True  # target embedding = output projection (+ source when joint)
+
+
+class AdditiveAttention(nn.Module):
+    """Bahdanau attention: e_j = v^T tanh(W q + U k_j), weights softmax(e) over real positions.
+
+    U k_j does not depend on the query, so `project_keys` computes it once per sentence and every
+    decoder step reuses it.
+
+    Args:
+        query_dim: width of the query (the decoder state s_{i-1}).
+        key_dim: width of the keys (the encoder annotations h_j).
+        attn_dim: width A of the hidden scoring layer.
+    """
+
+    role, layer = ADDITIVE, 0
+
+    def __init__(self, query_dim: int, key_dim: int, attn_dim: int):
+        super().__init__()
+        self.query_proj = nn.Linear(query_dim, attn_dim, bias=False)  # W
+        self.key_proj = nn.Linear(key_dim, attn_dim)  # U (its bias is the scorer's bias)
+        self.score = nn.Linear(attn_dim, 1, bias=False)  # v
+
+    def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        """(B, S, key_dim) annotations -> (B, S, A) U h_j."""
+        return self.key_proj(keys)
+
+    def forward(self, query: torch.Tensor, projected_keys: torch.Tensor, values: torch.Tensor,
+                mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decoder step.
+
+        Args:
+            query: (B, query_dim) the decoder state s_{i-1}.
+            projected_keys: (B, S, A) from `project_keys`.
+            values: (B, S, Dv) what the context averages (the annotations themselves).
+            mask: (B, S) boolean, True on real source positions.
+
+        Returns:
+            (B, Dv) context vector and (B, S) weights (zero on padding, summing to one).
+        """
+        hidden = torch.tanh(projected_keys + self.query_proj(query)[:, None])  # (B, S, A)
+        energies = self.score(hidden).squeeze(-1)  # (B, S)
+        energies = energies.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(energies.float(), dim=-1).to(values.dtype)  # (B, S)
+        context = torch.bmm(weights[:, None], values).squeeze(1)  # (B, Dv)
+        return context, weights
 
 
 @dataclass
@@ -44,18 +101,19 @@ class RNNMemory:
 
 @dataclass
 class RNNState:
-    """The decoder's recurrent state after the tokens fed so far."""
+    """The decoder after the tokens fed so far: its recurrent state and the memory it reads."""
 
     hidden: torch.Tensor  # (B, Hd) s_i
+    memory: RNNMemory  # a row per hypothesis
     cell: Optional[torch.Tensor] = None  # (B, Hd) LSTM memory cell; None for a GRU
 
     def reorder_beams(self, rows: torch.Tensor) -> "RNNState":
-        """Each row continues the sequence of row `rows[i]`."""
+        """Row i continues the hypothesis in row `rows[i]`."""
         cell = None if self.cell is None else self.cell.index_select(0, rows)
-        return RNNState(self.hidden.index_select(0, rows), cell)
+        return RNNState(self.hidden.index_select(0, rows), self.memory.index_select(rows), cell)
 
     def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> "RNNState":
-        """Keep the sequences `rows` (all of the state belongs to a sequence, none to a sentence)."""
+        """Keep the hypotheses in `rows` (every part of this state is a row per hypothesis)."""
         return self.reorder_beams(rows)
 
 
@@ -80,12 +138,12 @@ class RNNSeq2Seq(nn.Module):
         rnn = nn.GRU if cfg.cell == "gru" else nn.LSTM
         self.encoder = rnn(E, He, num_layers=cfg.encoder_layers, batch_first=True,
                            bidirectional=True, dropout=cfg.dropout if cfg.encoder_layers > 1 else 0.0)
-        self.init_proj = Linear(He, Hd)
+        self.init_proj = nn.Linear(He, Hd)
         self.attention = AdditiveAttention(Hd, 2 * He, cfg.attn_dim)
         self.cell = (nn.GRUCell if cfg.cell == "gru" else nn.LSTMCell)(E + 2 * He, Hd)
-        self.deep_output = Linear(Hd + E + 2 * He, 2 * E)  # two maxout pieces per unit
-        self.output = Linear(E, tgt_vocab, bias=False)
-        self.dropout = Dropout(cfg.dropout)
+        self.deep_output = nn.Linear(Hd + E + 2 * He, 2 * E)  # two maxout pieces per unit
+        self.output = nn.Linear(E, tgt_vocab, bias=False)
+        self.dropout = nn.Dropout(cfg.dropout)
         for emb in {self.src_embed, self.tgt_embed}:
             nn.init.normal_(emb.weight, std=E ** -0.5)
             nn.init.zeros_(emb.weight[PAD])
@@ -106,20 +164,16 @@ class RNNSeq2Seq(nn.Module):
         return RNNMemory(states, self.attention.project_keys(states), src_mask, init)
 
     def init_state(self, memory: RNNMemory) -> RNNState:
-        """s_0, a row per sentence (beam search fans it out with `reorder_beams`)."""
+        """s_0, a row per sentence."""
         cell = torch.zeros_like(memory.init) if self.cfg.cell == "lstm" else None
-        return RNNState(memory.init, cell)  # (B, Hd)
+        return RNNState(memory.init, memory, cell)  # (B, Hd)
 
-    def decode(self, tgt_in: torch.Tensor, memory: RNNMemory, state: Optional[RNNState] = None
-               ) -> tuple[torch.Tensor, RNNState]:
-        """(B, T) target prefix -> (B, T, V) logits and the state after its last token.
+    def decode(self, tgt_in: torch.Tensor, state: RNNState) -> tuple[torch.Tensor, RNNState]:
+        """(B, T) the next target tokens -> (B, T, V) logits and the state after them.
 
-        Without a state the decoder starts from s_0; with one it continues from there, so feeding
-        one token at a time gives the same logits as feeding the whole prefix. The memory may
-        hold fewer rows than the prefix (B = Bm * beam): each run of `beam` rows reads one.
+        Feeding the whole prefix at once or one token per call gives the same logits.
         """
-        state = state or self.init_state(memory)
-        hidden, cell = state.hidden, state.cell  # (B, Hd)
+        memory, hidden, cell = state.memory, state.hidden, state.cell  # (B, Hd)
         embedded = self.dropout(self.tgt_embed(tgt_in))  # (B, T, E)
         hiddens, contexts = [], []
         for t in range(tgt_in.size(1)):
@@ -134,8 +188,9 @@ class RNNSeq2Seq(nn.Module):
         features = torch.cat([torch.stack(hiddens, 1), embedded, torch.stack(contexts, 1)], dim=-1)
         pieces = self.deep_output(self.dropout(features))  # (B, T, 2E)
         maxout = pieces.unflatten(-1, (-1, 2)).amax(dim=-1)  # (B, T, E)
-        return self.output(self.dropout(maxout)), RNNState(hidden, cell)  # (B, T, V)
+        logits = self.output(self.dropout(maxout))  # (B, T, V)
+        return logits, replace(state, hidden=hidden, cell=cell)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """Teacher-forced logits: (B, S), (B, T) -> (B, T, V)."""
-        return self.decode(tgt_in, self.encode(src))[0]
+        """Teacher forcing: (B, S) source, (B, T) target prefix -> (B, T, V) logits."""
+        return self.decode(tgt_in, self.init_state(self.encode(src)))[0]

@@ -1,22 +1,56 @@
 """The pre-norm Transformer encoder-decoder (Vaswani et al., 2017, with pre-LayerNorm blocks).
 
+    encoder   token embedding * sqrt(D) + sinusoidal positions, then N blocks of
+              x = x + Dropout(SelfAttention(LayerNorm(x)))            every source position sees all
+              x = x + Dropout(FeedForward(LayerNorm(x)))
+    decoder   the same embedding for the target prefix, then N blocks of
+              y = y + Dropout(CausalSelfAttention(LayerNorm(y)))      a position sees its past only
+              y = y + Dropout(CrossAttention(LayerNorm(y), memory))   Q from y; K, V from the encoder
+              y = y + Dropout(FeedForward(LayerNorm(y)))
+    output    LayerNorm, then a projection to the vocabulary (tied to the embedding)
+
+Attention is how positions talk to each other; the feed-forward network is where each position
+computes on what it gathered. Pre-norm blocks (LayerNorm before each sublayer, the residual
+path left clean) train stably without a long warm-up.
+
 Shapes: B batch, S source length, T target length, D d_model, V vocabulary.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from translate.config import TransformerConfig
-from translate.models.attention import MultiHeadAttention, defer_reorder, padding_mask
-from translate.models.linear import ACTIVATIONS, Linear
-from translate.tokenizer import PAD
+from translate.models.attention import (CROSS, DECODER_SELF, ENCODER_SELF, KVCache,
+                                        MultiHeadAttention, padding_mask)
+from translate.tokens import PAD
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    arch: str = "transformer"
+    d_model: int = 256
+    heads: int = 4
+    ffn_dim: int = 1024
+    encoder_layers: int = 3
+    decoder_layers: int = 3
+    dropout: float = 0.1  # on embeddings and every sublayer's output
+    attn_dropout: float = 0.0  # on attention weights
+    activation_dropout: float = 0.0  # on the FFN hidden layer
+    activation: str = "relu"  # relu | gelu
+    positions: str = "sinusoidal"  # sinusoidal | learned
+    max_positions: int = 1024
+    # The fast engine computes self-attention's Q, K and V with one matmul (the weights stay
+    # three matrices either way).
+    fused_qkv: bool = True
+    qkv_bias: bool = True
+    tie_embeddings: bool = True  # source, target and output share weights (joint vocab only)
 
 
 @dataclass
@@ -26,32 +60,29 @@ class Memory:
     states: torch.Tensor  # (B, S, D) encoder output: cross-attention's keys and values
     src_mask: torch.Tensor  # (B, 1, 1, S) True on real source tokens
 
-    def index_select(self, index: torch.Tensor) -> "Memory":
-        return Memory(self.states.index_select(0, index), self.src_mask.index_select(0, index))
+    def index_select(self, rows: torch.Tensor) -> "Memory":
+        return Memory(self.states.index_select(0, rows), self.src_mask.index_select(0, rows))
 
 
 @dataclass
 class DecoderState:
-    """Incremental-decoding cache: per layer, self-attention K/V so far and the memory's K/V.
+    """What decoding one token at a time keeps: the memory, and per decoder layer the
+    self-attention's keys and values so far and the memory's keys and values."""
 
-    Self-attention caches have a row per decoded sequence (B * beam); the memory's K/V a row per
-    sentence (B), shared by its beams.
-    """
-
-    self_attn: list[dict] = field(default_factory=list)
-    cross_attn: list[dict] = field(default_factory=list)
-    offset: int = 0  # target positions already decoded
+    memory: Memory
+    self_attn: list[KVCache]
+    cross_attn: list[KVCache]
+    offset: int = 0  # target positions decoded so far
 
     def reorder_beams(self, rows: torch.Tensor) -> "DecoderState":
-        """Each row continues the sequence of row `rows[i]`, a beam of the same sentence.
-        The self-attention caches are picked when the next step extends them."""
-        return DecoderState([defer_reorder(c, rows) for c in self.self_attn], self.cross_attn,
-                            self.offset)
+        """Row i continues the hypothesis in row `rows[i]` (beam search's reordering)."""
+        return DecoderState(self.memory.index_select(rows),
+                            [c.index_select(rows) for c in self.self_attn],
+                            [c.index_select(rows) for c in self.cross_attn], self.offset)
 
     def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> "DecoderState":
-        """Keep the sequences `rows` of the sentences `sentences` (the others are done)."""
-        memory = [{k: v.index_select(0, sentences) for k, v in c.items()} for c in self.cross_attn]
-        return DecoderState([defer_reorder(c, rows) for c in self.self_attn], memory, self.offset)
+        """Keep the hypotheses in `rows` (every part of this state is a row per hypothesis)."""
+        return self.reorder_beams(rows)
 
 
 def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
@@ -64,32 +95,11 @@ def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
     return table
 
 
-class Dropout(nn.Module):
-    """Inverted dropout; on the CPU it draws one random byte per element.
-
-    `torch.bernoulli_` is about 2.5x slower on the CPU than drawing uint8 values and comparing
-    them to a threshold (benchmarks/train_speed.py), so there the drop probability is rounded to
-    a multiple of 1/256 and the kept values scaled to stay unbiased. Elsewhere: `F.dropout`.
-    """
-
-    def __init__(self, p: float):
-        super().__init__()
-        self.p = p
-        self.threshold = round(p * 256)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0:
-            return x
-        if x.device.type != "cpu":
-            return F.dropout(x, self.p, True)
-        keep = torch.empty(x.shape, dtype=torch.uint8).random_() >= self.threshold
-        return x * keep * (256.0 / (256 - self.threshold))
-
-
 class Embedding(nn.Module):
-    """Token embedding scaled by sqrt(D), plus positions, then dropout."""
+    """Token embedding scaled by sqrt(D), plus positions, then dropout. Attention itself does not
+    know where a token stands: the positions tell it."""
 
-    def __init__(self, vocab: int, cfg: TransformerConfig, tokens: Optional[nn.Embedding] = None):
+    def __init__(self, vocab: int, cfg: TransformerConfig, tokens: nn.Embedding | None = None):
         super().__init__()
         self.tokens = tokens or nn.Embedding(vocab, cfg.d_model, padding_idx=PAD)
         self.scale = math.sqrt(cfg.d_model)
@@ -99,50 +109,50 @@ class Embedding(nn.Module):
             self.register_buffer("table", sinusoidal_positions(cfg.max_positions, cfg.d_model),
                                  persistent=False)
             self.positions = None
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
         self.max_positions = cfg.max_positions
 
+    def position_table(self) -> torch.Tensor:
+        """(max_positions, D) what is added at each position."""
+        return self.positions.weight if self.positions is not None else self.table
+
     def forward(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """(B, L) ids at positions offset .. offset + L - 1 -> (B, L, D)."""
         L = ids.size(1)
         if offset + L > self.max_positions:
             raise ValueError(f"sequence of {offset + L} positions exceeds max_positions "
                              f"({self.max_positions})")
-        x = self.tokens(ids) * self.scale  # (B, L, D)
-        if self.positions is not None:
-            x = x + self.positions.weight[offset: offset + L]
-        else:
-            x = x + self.table[offset: offset + L].to(x.dtype)
-        return self.dropout(x)
+        positions = self.position_table()[offset: offset + L]  # (L, D)
+        return self.dropout(self.tokens(ids) * self.scale + positions.to(self.tokens.weight.dtype))
 
 
 class FeedForward(nn.Module):
+    """Position-wise: D -> ffn_dim -> activation -> D, the same for every position."""
+
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.fc1 = Linear(cfg.d_model, cfg.ffn_dim)
-        self.fc2 = Linear(cfg.ffn_dim, cfg.d_model)
         if cfg.activation not in ACTIVATIONS:
             raise ValueError(f"model.activation must be one of {sorted(ACTIVATIONS)}, "
                              f"got {cfg.activation!r}")
-        self.activation = cfg.activation  # applied by fc1 (fused into its matmul on the CPU)
-        self.dropout = Dropout(cfg.activation_dropout)
+        self.fc1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
+        self.activation = cfg.activation
+        self.dropout = nn.Dropout(cfg.activation_dropout)
+        self.fc2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if isinstance(self.fc1, Linear):
-            hidden = self.fc1(x, self.activation)
-        else:  # an int8 copy's quantized layer (translate.quantize)
-            hidden = ACTIVATIONS[self.activation](self.fc1(x))
+        hidden = ACTIVATIONS[self.activation](self.fc1(x))  # (B, L, ffn_dim)
         return self.fc2(self.dropout(hidden))  # (B, L, D)
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg: TransformerConfig, layer: int):
         super().__init__()
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout,
-                                            cfg.qkv_bias, cfg.fused_qkv)
+                                            cfg.qkv_bias, ENCODER_SELF, layer)
         self.norm2 = nn.LayerNorm(cfg.d_model)
         self.ffn = FeedForward(cfg)
-        self.dropout = Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         x = x + self.dropout(self.self_attn(self.norm1(x), mask=src_mask)[0])
@@ -151,17 +161,19 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg: TransformerConfig, layer: int):
         super().__init__()
-        attn = lambda: MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout, cfg.qkv_bias,
-                                          cfg.fused_qkv)
-        self.norm1, self.self_attn = nn.LayerNorm(cfg.d_model), attn()
-        self.norm2, self.cross_attn = nn.LayerNorm(cfg.d_model), attn()
-        self.norm3, self.ffn = nn.LayerNorm(cfg.d_model), FeedForward(cfg)
-        self.dropout = Dropout(cfg.dropout)
+        D, H, p, bias = cfg.d_model, cfg.heads, cfg.attn_dropout, cfg.qkv_bias
+        self.norm1 = nn.LayerNorm(D)
+        self.self_attn = MultiHeadAttention(D, H, p, bias, DECODER_SELF, layer)
+        self.norm2 = nn.LayerNorm(D)
+        self.cross_attn = MultiHeadAttention(D, H, p, bias, CROSS, layer)
+        self.norm3 = nn.LayerNorm(D)
+        self.ffn = FeedForward(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, y: torch.Tensor, memory: Memory, self_cache: Optional[dict] = None,
-                cross_cache: Optional[dict] = None) -> torch.Tensor:
+    def forward(self, y: torch.Tensor, memory: Memory, self_cache: KVCache,
+                cross_cache: KVCache) -> torch.Tensor:
         y = y + self.dropout(self.self_attn(self.norm1(y), causal=True, cache=self_cache)[0])
         y = y + self.dropout(self.cross_attn(self.norm2(y), context=memory.states,
                                              mask=memory.src_mask, cache=cross_cache)[0])
@@ -170,7 +182,7 @@ class DecoderLayer(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder Transformer with the seq2seq interface shared by every model here.
+    """Encoder-decoder Transformer with the interface every model here offers (`Seq2Seq`).
 
     Args:
         cfg: architecture hyperparameters.
@@ -186,19 +198,22 @@ class Transformer(nn.Module):
         share_src = cfg.tie_embeddings and shared_vocab
         self.src_embed = Embedding(src_vocab, cfg, tgt_tokens if share_src else None)
         self.tgt_embed = Embedding(tgt_vocab, cfg, tgt_tokens)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg, i) for i in range(cfg.encoder_layers))
         self.encoder_norm = nn.LayerNorm(cfg.d_model)
-        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.decoder_layers))
         self.decoder_norm = nn.LayerNorm(cfg.d_model)
-        self.output = Linear(cfg.d_model, tgt_vocab, bias=False)
+        self.output = nn.Linear(cfg.d_model, tgt_vocab, bias=False)
         self._init_weights()
         if cfg.tie_embeddings:
             self.output.weight = tgt_tokens.weight
 
     def _init_weights(self) -> None:
-        for module in self.modules():
+        """Xavier-uniform linears; Q, K, V with gain 1/sqrt(2), the scale one fused (3D, D)
+        matrix would get (as fairseq does); embeddings N(0, 1/D), PAD's row zero."""
+        for name, module in self.named_modules():
             if isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight)
+                qkv = name.endswith(("q_proj", "k_proj", "v_proj"))
+                nn.init.xavier_uniform_(module.weight, gain=2 ** -0.5 if qkv else 1.0)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
@@ -208,37 +223,30 @@ class Transformer(nn.Module):
 
     def encode(self, src: torch.Tensor) -> Memory:
         """(B, S) source ids -> Memory with (B, S, D) states."""
-        src_mask = padding_mask(src, PAD)  # (B, 1, 1, S)
+        src_mask = padding_mask(src)  # (B, 1, 1, S)
         x = self.src_embed(src)
         for layer in self.encoder_layers:
             x = layer(x, src_mask)
         return Memory(self.encoder_norm(x), src_mask)
 
-    def decode(self, tgt_in: torch.Tensor, memory: Memory,
-               state: Optional[DecoderState] = None) -> tuple[torch.Tensor, Optional[DecoderState]]:
-        """(B, T) target prefix -> (B, T, V) logits; with a state, only the new positions.
+    def init_state(self, memory: Memory) -> DecoderState:
+        """Empty caches, filled as `decode` runs: the start of every target."""
+        n = len(self.decoder_layers)
+        return DecoderState(memory, [KVCache() for _ in range(n)], [KVCache() for _ in range(n)])
 
-        The memory may hold fewer rows than the prefix (B = Bm * beam): each run of `beam` rows
-        decodes against one memory row.
+    def decode(self, tgt_in: torch.Tensor, state: DecoderState
+               ) -> tuple[torch.Tensor, DecoderState]:
+        """(B, T) the next target tokens -> (B, T, V) logits and the state after them.
 
-        For incremental decoding pass `init_state(memory)` on the first step and the returned
-        state on every later step, feeding only the newest token(s).
+        Feeding the whole prefix at once or one token per call gives the same logits.
         """
-        offset = state.offset if state is not None else 0
-        y = self.tgt_embed(tgt_in, offset)  # (B, T, D)
-        for i, layer in enumerate(self.decoder_layers):
-            caches = (state.self_attn[i], state.cross_attn[i]) if state is not None else (None, None)
-            y = layer(y, memory, *caches)
-        if state is not None:
-            state.offset = offset + tgt_in.size(1)
+        y = self.tgt_embed(tgt_in, state.offset)  # (B, T, D)
+        for layer, self_cache, cross_cache in zip(self.decoder_layers, state.self_attn,
+                                                  state.cross_attn):
+            y = layer(y, state.memory, self_cache, cross_cache)
+        state.offset += tgt_in.size(1)
         return self.output(self.decoder_norm(y)), state  # (B, T, V)
 
-    def init_state(self, memory: Memory) -> DecoderState:
-        """An empty cache: one self-attention and one cross-attention dict per decoder layer,
-        filled by the first `decode`."""
-        n = len(self.decoder_layers)
-        return DecoderState([{} for _ in range(n)], [{} for _ in range(n)], 0)
-
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """Teacher-forced logits: (B, S), (B, T) -> (B, T, V)."""
-        return self.decode(tgt_in, self.encode(src))[0]
+        """Teacher forcing: (B, S) source, (B, T) target prefix -> (B, T, V) logits."""
+        return self.decode(tgt_in, self.init_state(self.encode(src)))[0]

@@ -1,0 +1,183 @@
+"""The fast engine against the textbook path: the same parameters, the same results."""
+
+import copy
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from translate.checkpoint import load_checkpoint
+from translate.engine import PLAIN, resolve_engine
+from translate.evaluation import decode_sentences
+from translate.fast import ENGINE, accelerate
+from translate.fast.attention import explicit_attention, explicit_is_faster, sdpa
+from translate.fast.linear import PackedLinear
+from translate.fast.search import topk_rows
+from translate.models import RNNConfig, TransformerConfig, build_model
+from translate.models.attention import padding_mask
+from translate.search import beam_search, greedy_search
+
+V = 40
+CONFIGS = {"transformer": TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2,
+                                            decoder_layers=2, dropout=0.0),
+           "rnn": RNNConfig(embed_dim=32, encoder_hidden=24, decoder_hidden=40, attn_dim=16,
+                            dropout=0.0)}
+
+
+def pair(arch):
+    """A random model and its accelerated copy."""
+    torch.manual_seed(0)
+    plain = build_model(CONFIGS[arch], V, V, shared_vocab=True).eval()
+    return plain, accelerate(copy.deepcopy(plain))
+
+
+def sources():
+    src = torch.randint(4, V, (5, 8), generator=torch.Generator().manual_seed(7))
+    src[1, 3:] = src[3, 6:] = 0
+    return src
+
+
+@pytest.mark.parametrize("arch", CONFIGS)
+def test_accelerate_keeps_the_parameters_and_the_outputs(arch):
+    plain, fast = pair(arch)
+    assert type(fast).__name__.startswith("Fast") and type(plain).__name__ != type(fast).__name__
+    assert plain.state_dict().keys() == fast.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(),
+                                                  fast.state_dict().values()))
+    tgt = torch.randint(4, V, (5, 6))
+    with torch.no_grad():
+        torch.testing.assert_close(fast(sources(), tgt), plain(sources(), tgt), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("arch", CONFIGS)
+def test_fast_search_finds_what_plain_search_finds(arch):
+    plain, fast = pair(arch)
+    src, limits = sources(), torch.tensor([4, 11, 2, 9, 6])
+    assert greedy_search(fast, src, limits) == greedy_search(plain, src, limits)
+    ours = beam_search(fast, src, 4, limits, nbest=4, candidates=ENGINE.candidates)
+    theirs = beam_search(plain, src, 4, limits, nbest=4)
+    assert [[h.tokens for h in hs] for hs in ours] == [[h.tokens for h in hs] for hs in theirs]
+    for hs, ts in zip(ours, theirs):
+        assert [h.logprob for h in hs] == pytest.approx([t.logprob for t in ts], abs=1e-4)
+
+
+@pytest.mark.parametrize("run", ["trained_run", "trained_rnn_run"])
+def test_fast_and_plain_translate_real_data_alike(run, request, small_data):
+    loaded = load_checkpoint(request.getfixturevalue(run).run_dir)
+    src = [json.loads(line)["en"] for line in (small_data / "test_2016_flickr.jsonl").open()]
+    fast_model = accelerate(copy.deepcopy(loaded.model))
+    for beam in (1, 5):
+        cfg = replace(loaded.recipe.decode, beam=beam)
+        plain = decode_sentences(loaded.model, loaded.tokenizer, src, cfg, with_scores=True)
+        fast = decode_sentences(fast_model, loaded.tokenizer, src, cfg, with_scores=True,
+                                engine=ENGINE)
+        same = sum(p[0].text == f[0].text for p, f in zip(plain, fast))
+        assert same >= 99, f"beam {beam}: {same}/100 identical"
+        close = [abs(p[0].logprob - f[0].logprob) < 1e-3 for p, f in zip(plain, fast)
+                 if p[0].text == f[0].text]
+        assert all(close)
+
+
+def test_fast_training_step_equals_the_plain_one(trained_run):
+    """One step of the trained model on real text: the same loss and gradients, within
+    float rounding, from the fast engine's modules and loss as from the plain ones."""
+    from translate.data import collate, encode_pairs
+
+    loaded = load_checkpoint(trained_run.run_dir)
+    texts = ["A man rides a bike .", "Two dogs play in the snow ."]
+    pairs = encode_pairs(loaded.tokenizer, texts, ["Ein Mann fährt Rad .", "Zwei Hunde ."])
+    batch = collate(pairs.src, pairs.tgt)
+    results = []
+    for engine in (PLAIN, ENGINE):
+        model = engine.prepare(copy.deepcopy(loaded.model)).train()
+        loss, nll = engine.loss(model(batch.src, batch.tgt_in), batch.tgt_out, 0.1, 0)
+        loss.backward()
+        results.append((loss, nll, [p.grad for p in model.parameters()]))
+    (loss, nll, grads), (fast_loss, fast_nll, fast_grads) = results
+    torch.testing.assert_close(fast_loss, loss, atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(fast_nll, nll, atol=1e-4, rtol=1e-5)
+    for g, h in zip(grads, fast_grads):
+        torch.testing.assert_close(h, g, atol=1e-5, rtol=1e-4)
+
+
+def test_auto_engine_is_fast_on_the_cpu_and_names_are_checked():
+    assert resolve_engine("auto", torch.device("cpu")) is ENGINE
+    assert resolve_engine("plain", torch.device("cpu")) is PLAIN
+    with pytest.raises(ValueError, match="engine 'turbo' is unknown; valid: auto, fast, plain"):
+        resolve_engine("turbo", torch.device("cpu"))
+
+
+@pytest.mark.parametrize("T", [1, 3])
+def test_beams_sharing_a_memory_row_equal_a_copied_memory(T):
+    """Cross-attention with a memory row per sentence, queries in runs of `beam` rows per
+    sentence, gives what copying the memory once per beam gives: outputs and weights."""
+    plain, fast = pair("transformer")
+    attn = fast.decoder_layers[0].cross_attn
+    beam, memory = 3, torch.randn(2, 5, 32)  # 2 sentences
+    mask = padding_mask(torch.tensor([[5, 6, 7, 0, 0], [5, 6, 7, 8, 9]]))  # (2, 1, 1, 5)
+    x = torch.randn(2 * beam, T, 32)
+    copied = torch.arange(2).repeat_interleave(beam)  # (6,) each row's sentence
+    with torch.no_grad():
+        out, weights = attn(x, context=memory, mask=mask, need_weights=True)
+        ref, ref_weights = plain.decoder_layers[0].cross_attn(
+            x, context=memory[copied], mask=mask[copied], need_weights=True)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
+    assert weights[:beam, :, :, 3:].abs().max() == 0  # the first sentence's padding
+
+
+@pytest.mark.parametrize("queries", [1, 5])
+def test_explicit_path_matches_the_fused_kernel_and_serves_decoding_steps(queries):
+    B, H, S = 3, 4, 7
+    q, k, v = torch.randn(B, H, queries, 8), torch.randn(B, H, S, 8), torch.randn(B, H, S, 8)
+    mask = padding_mask(torch.tensor([[5] * S, [5] * 4 + [0] * 3, [5] * 2 + [0] * 5]))
+    with torch.no_grad():
+        assert explicit_is_faster(q, k) == (queries > 1)
+        assert explicit_is_faster(q, torch.randn(B, H, 4096 // (B * H) + 1, 8))  # many keys
+        assert not explicit_is_faster(torch.randn(B, H, 33, 8), k)
+        out, weights = explicit_attention(q, k, v, mask)
+        torch.testing.assert_close(out, sdpa(q, k, v, mask, 0.0, False), atol=1e-5, rtol=1e-5)
+    assert not explicit_is_faster(q, k)  # autograd on: training keeps the fused kernel
+    assert (weights[1, ..., 4:] == 0).all() and (weights[2, ..., 2:] == 0).all()
+
+
+def test_packed_linear_follows_weight_changes_and_copies():
+    """The packed weight is remade when the weight changes; copies and training use plain math."""
+    layer, x = PackedLinear(16, 24), torch.randn(3, 5, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), x @ layer.weight.T + layer.bias)
+        layer.weight.mul_(-2.0)  # in place, as optimizers, EMA and load_state_dict write
+        layer.bias.add_(1.0)
+        torch.testing.assert_close(layer(x), x @ layer.weight.T + layer.bias)
+        twin = copy.deepcopy(layer)
+        twin.weight.add_(1.0)
+        torch.testing.assert_close(twin(x), x @ twin.weight.T + twin.bias)
+        torch.testing.assert_close(layer(x), x @ layer.weight.T + layer.bias)
+    out = layer(x)  # autograd on: F.linear, gradients flow
+    out.sum().backward()
+    assert layer.weight.grad is not None and out.requires_grad
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_activation_fused_into_the_matmul_equals_applying_it_after(activation):
+    layer, x = PackedLinear(16, 24), torch.randn(3, 5, 16)
+    plain = getattr(F, activation)(x @ layer.weight.T + layer.bias)
+    with torch.no_grad():  # oneDNN applies it as it writes the output
+        torch.testing.assert_close(layer(x, activation), plain, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(layer(x, activation), plain)  # autograd on: applied after
+
+
+@pytest.mark.parametrize("shape,k", [((7, 8000), 10), ((3, 1000), 4), ((5, 997), 3), ((2, 6), 6)])
+def test_topk_rows_equals_topk(shape, k):
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    x[0, :50] = 9.0  # ties
+    x[-1] = float("-inf")  # a row with one finite value, as at a length limit
+    x[-1, 3] = 0.0
+    values, indices = topk_rows(x, k)
+    ref_values, _ = x.topk(k, dim=-1)
+    torch.testing.assert_close(values, ref_values)
+    torch.testing.assert_close(x.gather(1, indices), values)  # the indices point at the values
+    assert all(len(set(row)) == k for row in indices.tolist())  # distinct columns

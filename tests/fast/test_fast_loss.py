@@ -1,0 +1,21 @@
+import torch
+
+from translate.fast.loss import label_smoothed_cross_entropy as fast_loss
+from translate.loss import label_smoothed_cross_entropy as plain_loss
+
+
+def test_hand_written_backward_equals_the_textbook_loss_value_and_gradient():
+    torch.manual_seed(0)
+    logits = torch.randn(4, 7, 30, requires_grad=True)
+    target = torch.randint(1, 30, (4, 7))
+    target[0, 5:] = 0  # padding
+    loss, nll = fast_loss(logits, target, 0.1, ignore_index=0)
+    loss.backward()
+    ours = logits.grad.clone()
+    logits.grad = None
+    ref, ref_nll = plain_loss(logits, target, 0.1, ignore_index=0)
+    ref.backward()
+    torch.testing.assert_close(loss, ref)
+    torch.testing.assert_close(nll, ref_nll)
+    torch.testing.assert_close(ours, logits.grad)
+    assert torch.all(ours[0, 5:] == 0)

@@ -1,0 +1,201 @@
+"""The fast engine's attention: the textbook module's parameters, faster ways to use them.
+
+What it changes, each measured on a 2-core CPU (docs/results.md):
+  - self-attention's Q, K, V come from one matmul over the three weights side by side, through
+    oneDNN with packed weights in fp32 inference (`translate.fast.linear`);
+  - decoding steps on the CPU use explicit matmuls where PyTorch's fused kernel is slower (a
+    sentence's beams as 2-32 queries, or one query against many keys), adding the memory's mask
+    as a bias made once per sentence;
+  - a sentence's beams share its memory row: cross-attention folds them into one query sequence
+    instead of copying the memory per beam;
+  - the self-attention cache keeps K and V in one tensor and defers beam search's reordering to
+    the next step, which picks and appends in one copy;
+  - on the CPU the fused kernel runs in fp32 under bf16 autocast (several times faster there).
+
+Shapes: B query rows, Bc context rows (B = Bc * G, G beams per sentence), T queries, S keys,
+D model width, H heads, Dh = D / H.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from translate.fast.linear import NoPickledPacks, linear
+from translate.models.attention import MultiHeadAttention, causal_mask
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
+         dropout: float, causal: bool) -> torch.Tensor:
+    """F.scaled_dot_product_attention; (B, H, T, Dh) x (B, H, S, Dh) x 2 -> (B, H, T, Dh).
+
+    On the CPU the fused kernel is several times slower in bf16 than in fp32 (measured in
+    benchmarks/train_speed.py), so there it runs in fp32 even under bf16 autocast.
+    """
+    if q.device.type == "cpu" and q.dtype != torch.float32:
+        with torch.autocast("cpu", enabled=False):
+            out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                                 dropout_p=dropout, is_causal=causal)
+        return out.to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                          is_causal=causal)
+
+
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Boolean mask (True = may attend) -> the same shape of 0 where True, -inf where False."""
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return bias.masked_fill_(~mask, float("-inf"))
+
+
+def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       mask: Optional[torch.Tensor], dropout: float = 0.0, training: bool = False
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T / sqrt(Dh) + bias) v: (B, H, T, Dh) output, (B, H, T, S) weights.
+
+    `mask` is boolean (True = may attend) or already additive (0 or -inf), broadcastable to
+    (B, H, T, S); one batched matmul adds it while it computes and scales the scores.
+    """
+    B, H, T, Dh = q.shape
+    S = k.size(2)
+    keys_t = k.reshape(B * H, S, Dh).transpose(1, 2)  # (B * H, Dh, S)
+    if mask is None:
+        scores = torch.bmm(q.reshape(B * H, T, Dh), keys_t).mul_(Dh ** -0.5)
+    else:
+        bias = additive_mask(mask) if mask.dtype == torch.bool else mask
+        bias = bias.expand(B, H, bias.size(-2), S).reshape(B * H, -1, S)  # (B * H, 1 or T, S)
+        scores = torch.baddbmm(bias, q.reshape(B * H, T, Dh), keys_t, alpha=Dh ** -0.5)
+    weights = torch.softmax(scores.view(B, H, T, S).float(), dim=-1).to(q.dtype)
+    return F.dropout(weights, dropout, training) @ v, weights
+
+
+def explicit_is_faster(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether explicit matmuls beat PyTorch's fused kernel here: a decoding step on the CPU (no
+    autograd) with 2 to 32 queries per head, or one query against at least 4096 keys in all.
+
+    The fused kernel's blocking is tuned for long sequences: it took 2-2.5x as long on
+    cross-attention from a sentence's 5 beams (beam 5 on Multi30k, 2 threads), and 1.2-1.5x on
+    self-attention steps of 160 rows against 8 or more cached positions; below that, with one
+    query, it wins. Training keeps the fused kernel and its lean backward.
+    """
+    T = q.size(-2)
+    return (q.device.type == "cpu" and not torch.is_grad_enabled() and T <= 32
+            and (T > 1 or q.size(0) * q.size(1) * k.size(-2) >= 4096))
+
+
+class PackedKVCache:
+    """Self-attention's keys and values so far in one (2, B, H, S, Dh) tensor, and a beam
+    reordering still to apply: the next `extend` picks the rows and appends in one copy."""
+
+    def __init__(self, kv: Optional[torch.Tensor] = None, rows: Optional[torch.Tensor] = None):
+        self.kv, self.rows = kv, rows
+
+    def extend(self, kv: torch.Tensor) -> torch.Tensor:
+        """The cached K, V, their rows picked, then this step's (2, B, H, T, Dh) ones."""
+        if self.kv is None:
+            self.kv = kv
+            return kv
+        past, S = self.kv, self.kv.size(3)
+        out = kv.new_empty(2, kv.size(1), kv.size(2), S + kv.size(3), kv.size(4))
+        if self.rows is None:
+            out[:, :, :, :S] = past
+        else:
+            torch.index_select(past, 1, self.rows, out=out[:, :, :, :S])
+        out[:, :, :, S:] = kv
+        self.kv, self.rows = out, None
+        return out
+
+    def index_select(self, rows: torch.Tensor) -> "PackedKVCache":
+        """The cache whose row i will be row `rows[i]` of this one, picked at the next step."""
+        if self.kv is None:
+            return PackedKVCache()
+        return PackedKVCache(self.kv, rows if self.rows is None else self.rows[rows])
+
+
+class MemoryKV:
+    """Cross-attention's keys and values of the memory, a row per sentence, projected at the
+    first step, and the memory's mask made additive once."""
+
+    def __init__(self, k: Optional[torch.Tensor] = None, v: Optional[torch.Tensor] = None,
+                 bias: Optional[torch.Tensor] = None):
+        self.k, self.v, self.bias = k, v, bias  # (Bc, H, S, Dh) x 2, (Bc, H, 1, S)
+
+    def index_select(self, sentences: torch.Tensor) -> "MemoryKV":
+        return MemoryKV(*(None if t is None else t.index_select(0, sentences)
+                          for t in (self.k, self.v, self.bias)))
+
+
+class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
+    """MultiHeadAttention with the fast engine's ways (module docstring); the same parameters.
+
+    Caches are `PackedKVCache` (self-attention) and `MemoryKV` (cross-attention).
+    """
+
+    fuse_qkv = True  # set by translate.fast.accelerate from the model's config
+
+    def forward(self, x: torch.Tensor, context: Optional[torch.Tensor] = None,
+                mask: Optional[torch.Tensor] = None, causal: bool = False, cache=None,
+                need_weights: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        B, T, D = x.shape
+        q, k, v = self._project(x, context, cache)  # (B, T, D), (Bc, H, S, Dh) x 2
+        groups = B // k.size(0)  # query rows per context row: a sentence's beams
+        q = self.split_heads(q.reshape(B // groups, groups * T, D))  # (Bc, H, G * T, Dh)
+        explicit = need_weights or explicit_is_faster(q, k)
+        if causal and T == 1:
+            causal = False  # one new query may see every key so far
+        elif causal and (mask is not None or explicit or k.size(2) != T):
+            full = causal_mask(T, k.size(2) - T, x.device)  # (T, S)
+            mask, causal = (full if mask is None else mask & full), False
+        if explicit and context is not None and cache is not None and mask is not None:
+            mask = self._memory_bias(cache, mask, q)
+        weights = None
+        if explicit:
+            out, weights = explicit_attention(q, k, v, mask, self.dropout, self.training)
+            if need_weights and groups > 1:  # one row per query: (B, H, T, S)
+                weights = weights.unflatten(2, (groups, T)).transpose(1, 2).flatten(0, 1)
+        else:
+            out = sdpa(q, k, v, mask, self.dropout if self.training else 0.0, causal)
+        out = out.transpose(1, 2).reshape(B, T, D)  # (Bc, G * T, H, Dh) -> (B, T, D)
+        return self.out_proj(out), weights if need_weights else None
+
+    def _memory_bias(self, cache: MemoryKV, mask: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """The memory's mask as an additive (Bc, H, 1, S) bias, made once per sentence."""
+        if cache.bias is None:
+            shape = (cache.k.size(0), self.heads, 1, cache.k.size(2))
+            cache.bias = additive_mask(mask, q.dtype).expand(shape).contiguous()
+        return cache.bias
+
+    def _project(self, x: torch.Tensor, context: Optional[torch.Tensor], cache):
+        """Q (B, T, D) from x; K, V (Bc, H, S, Dh) from the context (or x), using and filling
+        the cache."""
+        D, cross = x.size(-1), context is not None
+        if cross and cache is not None and cache.k is not None:  # the memory's K, V never change
+            return self.q_proj(x), cache.k, cache.v
+        if self.fuse_qkv and not cross:
+            qkv = linear(x, [self.q_proj, self.k_proj, self.v_proj], self.packs("_qkv"))
+            q, kv = qkv[..., :D], qkv[..., D:]  # (B, T, D), (B, T, 2D)
+        else:
+            q, kv = self.q_proj(x), self._keys_values(x if context is None else context)
+        kv = kv.view(*kv.shape[:2], 2, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if cache is None:  # kv: (2, Bc, H, S, Dh)
+            return q, kv[0], kv[1]
+        if cross:  # contiguous, so that no step copies them again
+            cache.k, cache.v = kv[0].contiguous(), kv[1].contiguous()
+            return q, cache.k, cache.v
+        kv = cache.extend(kv)  # (2, B, H, S_past + T, Dh)
+        return q, kv[0], kv[1]
+
+    def _keys_values(self, source: torch.Tensor) -> torch.Tensor:
+        """(Bc, S, D) -> (Bc, S, 2D): keys, then values."""
+        if self.fuse_qkv:
+            return linear(source, [self.k_proj, self.v_proj], self.packs("_kv"))
+        return torch.cat([self.k_proj(source), self.v_proj(source)], dim=-1)
+
+
+def fuses_projections(attn: nn.Module, fused_qkv: bool) -> bool:
+    """Whether Q, K, V can be computed side by side: asked for, and plain Linear weights (an
+    int8 copy's quantized layers have none)."""
+    return fused_qkv and all(isinstance(getattr(attn, name), nn.Linear)
+                             for name in ("q_proj", "k_proj", "v_proj"))

@@ -1,0 +1,117 @@
+"""The fast engine's models and layers: subclasses of the textbook ones that `accelerate` swaps
+in; each keeps its parameters, its state dict and the textbook's results (to float rounding).
+
+  FastTransformer, FastRNN   decoder states keep one memory row per sentence, shared by its
+                             beams, instead of a copy per hypothesis
+  FusedFeedForward           oneDNN applies the activation as it writes fc1's output
+  ByteDropout                dropout masks from one random byte per element on the CPU
+
+Shapes: B hypotheses, Bc sentences (B = Bc * G), S source length, D model width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from translate.fast.attention import MemoryKV, PackedKVCache
+from translate.fast.linear import PackedLinear
+from translate.models.rnn import AdditiveAttention, RNNSeq2Seq, RNNState
+from translate.models.transformer import (ACTIVATIONS, DecoderState, FeedForward, Memory,
+                                          Transformer)
+
+
+@dataclass
+class SharedMemoryState(DecoderState):
+    """A Transformer decoder state whose memory and cross-attention caches keep a row per
+    sentence; self-attention caches have a row per hypothesis and reorder lazily."""
+
+    def reorder_beams(self, rows: torch.Tensor) -> "SharedMemoryState":
+        """Rows stay within their sentence, so only the self-attention caches follow them."""
+        return SharedMemoryState(self.memory, [c.index_select(rows) for c in self.self_attn],
+                                 self.cross_attn, self.offset)
+
+    def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> "SharedMemoryState":
+        return SharedMemoryState(self.memory.index_select(sentences),
+                                 [c.index_select(rows) for c in self.self_attn],
+                                 [c.index_select(sentences) for c in self.cross_attn], self.offset)
+
+
+class FastTransformer(Transformer):
+    """The Transformer whose decoding state shares a sentence's memory among its beams."""
+
+    def init_state(self, memory: Memory) -> SharedMemoryState:
+        n = len(self.decoder_layers)
+        return SharedMemoryState(memory, [PackedKVCache() for _ in range(n)],
+                                 [MemoryKV() for _ in range(n)])
+
+
+@dataclass
+class SharedMemoryRNNState(RNNState):
+    """An RNN decoder state whose memory keeps a row per sentence, shared by its beams."""
+
+    def reorder_beams(self, rows: torch.Tensor) -> "SharedMemoryRNNState":
+        cell = None if self.cell is None else self.cell.index_select(0, rows)
+        return SharedMemoryRNNState(self.hidden.index_select(0, rows), self.memory, cell)
+
+    def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> "SharedMemoryRNNState":
+        cell = None if self.cell is None else self.cell.index_select(0, rows)
+        return SharedMemoryRNNState(self.hidden.index_select(0, rows),
+                                    self.memory.index_select(sentences), cell)
+
+
+class FastRNN(RNNSeq2Seq):
+    """The attention RNN whose decoding state shares a sentence's memory among its beams."""
+
+    def init_state(self, memory) -> SharedMemoryRNNState:
+        cell = torch.zeros_like(memory.init) if self.cfg.cell == "lstm" else None
+        return SharedMemoryRNNState(memory.init, memory, cell)
+
+
+class GroupedAdditiveAttention(AdditiveAttention):
+    """AdditiveAttention where B queries read Bc = B / G rows of keys: each run of G query rows
+    (a sentence's beams) attends to one row, which is neither copied nor projected again."""
+
+    def forward(self, query: torch.Tensor, projected_keys: torch.Tensor, values: torch.Tensor,
+                mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        Bc, S, A = projected_keys.shape
+        query = self.query_proj(query).view(Bc, -1, 1, A)  # (Bc, G, 1, A)
+        hidden = torch.tanh(projected_keys[:, None] + query)  # (Bc, G, S, A)
+        energies = self.score(hidden).squeeze(-1)  # (Bc, G, S)
+        energies = energies.masked_fill(~mask[:, None], float("-inf"))
+        weights = torch.softmax(energies.float(), dim=-1).to(values.dtype)  # (Bc, G, S)
+        context = torch.bmm(weights, values).flatten(0, 1)  # (B, Dv)
+        return context, weights.flatten(0, 1)  # (B, Dv), (B, S)
+
+
+class FusedFeedForward(FeedForward):
+    """FeedForward whose activation oneDNN applies as it writes fc1's output (fp32 inference
+    on the CPU); an int8 copy's quantized fc1 applies it after."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.fc1, PackedLinear):
+            hidden = self.fc1(x, self.activation)
+        else:
+            hidden = ACTIVATIONS[self.activation](self.fc1(x))
+        return self.fc2(self.dropout(hidden))  # (B, L, D)
+
+
+class ByteDropout(nn.Dropout):
+    """Inverted dropout that draws one random byte per element on the CPU.
+
+    `torch.bernoulli_` is about 2.5x slower on the CPU than drawing uint8 values and comparing
+    them to a threshold (benchmarks/train_speed.py), so there the drop probability is rounded to
+    a multiple of 1/256 and the kept values scaled to stay unbiased. Elsewhere: `F.dropout`.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        if x.device.type != "cpu":
+            return F.dropout(x, self.p, True)
+        threshold = round(self.p * 256)
+        keep = torch.empty(x.shape, dtype=torch.uint8).random_() >= threshold
+        return x * keep * (256.0 / (256 - threshold))

@@ -1,0 +1,90 @@
+"""Linear layers whose fp32 inference on the CPU runs through oneDNN with packed weights.
+
+On the CPU `F.linear` calls the BLAS that PyTorch was built with (MKL); oneDNN, which PyTorch
+also ships, with the weight packed once into its blocked layout, ran the decoder's matmuls
+1.07-1.49x as fast on an AMD EPYC (`benchmarks/linear.py`); decoding is mostly such matmuls.
+oneDNN also applies ReLU or GELU to the output as it writes it. Training, autocast and other
+devices keep `F.linear`; the results agree to float rounding.
+
+`linear(x, layers)` computes several layers that read the same input with one matmul (their
+weights side by side), as self-attention's Q, K and V projections.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+          and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+POST_OPS = {None: ("none", ""), "relu": ("relu", ""), "gelu": ("gelu", "none")}  # erf GELU
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+def onednn_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """fp32 inference on the CPU: no autograd, no autocast."""
+    return (ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
+            and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu"))
+
+
+class PackedWeights:
+    """A oneDNN-packed copy of some layers' weights side by side, and their biases joined; made
+    on first use and again whenever a weight or bias changes (an optimizer step, loading,
+    averaging: the tensor's version moves)."""
+
+    def __init__(self):
+        self.key, self.weight, self.bias = None, None, None
+
+    def get(self, layers: Sequence[nn.Linear]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        tensors = [t for layer in layers for t in (layer.weight, layer.bias) if t is not None]
+        key = tuple((t.data_ptr(), t._version) for t in tensors)
+        if key != self.key:
+            weight = torch.cat([layer.weight.detach() for layer in layers]).contiguous()
+            self.weight = torch.ops.mkldnn._reorder_linear_weight(weight)
+            self.bias = (None if layers[0].bias is None else
+                         torch.cat([layer.bias.detach() for layer in layers]))
+            self.key = key
+        return self.weight, self.bias
+
+
+def linear(x: torch.Tensor, layers: Sequence[nn.Linear], packed: PackedWeights,
+           activation: Optional[str] = None) -> torch.Tensor:
+    """activation(x [W_1; W_2; ...]^T + [b_1; b_2; ...]): the layers' outputs side by side,
+    (..., in) -> (..., sum of out), in one matmul; oneDNN with `packed` where it applies."""
+    weight = layers[0].weight
+    if onednn_applies(x, weight):
+        attr, algorithm = POST_OPS[activation]
+        packed_weight, bias = packed.get(layers)
+        return torch.ops.mkldnn._linear_pointwise(x, packed_weight, bias, attr, [], algorithm)
+    if len(layers) > 1:
+        weight = torch.cat([layer.weight for layer in layers])
+        bias = None if layers[0].bias is None else torch.cat([layer.bias for layer in layers])
+    else:
+        bias = layers[0].bias
+    y = F.linear(x, weight, bias)
+    return ACTIVATIONS[activation](y) if activation else y
+
+
+class NoPickledPacks:
+    """Copies and pickles leave packed weights behind (they cannot be copied; they are remade)."""
+
+    def __getstate__(self):
+        state = super().__getstate__().copy()
+        return {k: v for k, v in state.items() if not isinstance(v, PackedWeights)}
+
+    def packs(self, name: str) -> PackedWeights:
+        """The module's packed weights called `name`, made empty on first use."""
+        if name not in self.__dict__:
+            self.__dict__[name] = PackedWeights()
+        return self.__dict__[name]
+
+
+class PackedLinear(NoPickledPacks, nn.Linear):
+    """nn.Linear (same parameters and state dict) whose fp32 CPU inference runs through oneDNN."""
+
+    def forward(self, x: torch.Tensor, activation: Optional[str] = None) -> torch.Tensor:
+        """x weight^T + bias, then `activation` ("relu", "gelu" or None)."""
+        return linear(x, [self], self.packs("_packed"), activation)
