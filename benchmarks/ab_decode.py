@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import importlib.util
 import json
 import re
 import statistics
@@ -46,18 +47,21 @@ def decoder(name: str, checkpoint: str, precision: str, engine: str):
     `name`, its model prepared for `precision` as `translate decode` prepares it."""
     import torch
 
-    evaluation = importlib.import_module(f"{name}.evaluation")
     loaded = importlib.import_module(f"{name}.checkpoint").load_checkpoint(checkpoint)
     cpu = torch.device("cpu")
-    if hasattr(evaluation, "decoding_model"):  # a revision with engines
+    if importlib.util.find_spec(f"{name}.inference"):  # a revision with engines and inference.py
+        inference = importlib.import_module(f"{name}.inference")
+    else:
+        inference = importlib.import_module(f"{name}.evaluation")
+    if hasattr(inference, "decoding_model"):  # a revision with engines
         chosen = importlib.import_module(f"{name}.engine").resolve_engine(engine, cpu)
-        model, precision = evaluation.decoding_model(loaded.model, precision, cpu, chosen)
+        model, precision = inference.decoding_model(loaded.model, precision, cpu, chosen)
         extra = {"engine": chosen}
     else:
         quantize = importlib.import_module(f"{name}.quantize")
         model, precision = quantize.decoding_model(loaded.model, precision, cpu)
         extra = {}
-    translate = functools.partial(evaluation.translate_sentences, model, loaded.tokenizer,
+    translate = functools.partial(inference.translate_sentences, model, loaded.tokenizer,
                                   device="cpu", precision=precision, **extra)
     return (lambda sentences, cfg: translate(sentences, cfg)), loaded
 
@@ -106,12 +110,18 @@ def main() -> None:
         for beam in (int(b) for b in args.beams.split(",")):
             row = ab_rounds(systems, chunks, replace(cfg, beam=beam), args.rounds)
             report["results"][f"{precision} beam {beam}"] = row
-            print(f"{precision} beam {beam}: A {row['sent_per_s']['A']:.1f}, B "
-                  f"{row['sent_per_s']['B']:.1f} sent/s; B/A {row['b_over_a']:.3f} (rounds "
-                  f"{', '.join(f'{x:.3f}' for x in row['b_over_a_per_round'])}); identical "
-                  f"outputs {row['identical']}/{len(src)}", flush=True)
+            print(f"{precision} beam {beam}: {speeds(row, 'sent_per_s', 'sent/s', 1)}; "
+                  f"identical outputs {row['identical']}/{len(src)}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+def speeds(row: dict, key: str, unit: str, digits: int) -> str:
+    """'A x, B y unit; B/A r (rounds r1, r2, ...)' for a row of an A/B."""
+    a, b = row[key]["A"], row[key]["B"]
+    rounds = ", ".join(f"{x:.3f}" for x in row["b_over_a_per_round"])
+    return (f"A {a:.{digits}f}, B {b:.{digits}f} {unit}; B/A {row['b_over_a']:.3f} "
+            f"(rounds {rounds})")
 
 
 def ab_rounds(systems: dict, chunks: list[list[str]], cfg, rounds: int) -> dict:

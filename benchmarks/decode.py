@@ -54,9 +54,11 @@ from torch import nn
 from translate.checkpoint import Loaded, load_checkpoint
 from translate.config import DecodeConfig
 from translate.data import load_split, pad
-from translate.evaluation import length_batches, score, translate_sentences
-from translate.fast import ENGINE, accelerate, quantize_int8
+from translate.engine import FAST
+from translate.fast import accelerate, quantize_int8
+from translate.inference import length_batches, translate_sentences
 from translate.models.transformer import Embedding, Transformer
+from translate.scoring import score
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD
 from translate.utils import cpu_name
@@ -302,7 +304,7 @@ def build_systems(loaded: Loaded, cfg: DecodeConfig, threads: int, ct2_dir: Path
     if "ours" in families:
         def ours(m: nn.Module, precision: str = "fp32") -> Translate:
             return lambda s, beam: translate_sentences(m, tok, s, replace(cfg, beam=beam), "cpu",
-                                                       precision, engine=ENGINE)
+                                                       precision, engine=FAST)
 
         fast = accelerate(copy.deepcopy(model))
         systems.update({"ours fp32": ours(fast), "ours bf16": ours(fast, "bf16"),

@@ -22,7 +22,7 @@ import torch
 
 from translate.config import DataConfig, TokenizerConfig
 from translate.data import clean_text_pairs, encode_pairs, iterate_batches, load_split
-from translate.fast import ENGINE
+from translate.engine import FAST
 from translate.models import TransformerConfig, build_model, count_parameters
 from translate.tokenizer import Tokenizer
 from translate.tokens import PAD
@@ -47,7 +47,7 @@ class Ours:
     def __init__(self, vocab: int, precision: str):
         torch.manual_seed(0)
         cfg = TransformerConfig(dropout=0.1)
-        self.model = ENGINE.prepare(build_model(cfg, vocab, vocab, shared_vocab=True)).train()
+        self.model = FAST.prepare(build_model(cfg, vocab, vocab, shared_vocab=True)).train()
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98))
         self.precision = precision
         self.params = count_parameters(self.model)
@@ -55,7 +55,7 @@ class Ours:
     def step(self, batch) -> None:
         with autocast(torch.device("cpu"), self.precision):
             logits = self.model(batch.src, batch.tgt_in)
-        loss, _ = ENGINE.loss(logits, batch.tgt_out, 0.1, PAD)
+        loss, _ = FAST.loss(logits, batch.tgt_out, 0.1, PAD)
         (loss / batch.num_tgt_tokens).backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.opt.step()

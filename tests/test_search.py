@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from translate.config import DecodeConfig
-from translate.evaluation import decode_sentences, translate_sentences
+from translate.inference import decode_sentences, translate_sentences
 from translate.models import RNNConfig, TransformerConfig, build_model
 from translate.search import beam_search, greedy_search, length_penalty, top_candidates
 from translate.tokens import BOS, EOS, PAD

@@ -136,7 +136,7 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max
 
     from translate.checkpoint import load_checkpoint
     from translate.engine import resolve_engine
-    from translate.evaluation import decode_sentences, decoding_model
+    from translate.inference import decode_sentences, decoding_model
     from translate.utils import pick_device
 
     try:
@@ -238,7 +238,7 @@ def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_jso
     """Score a CHECKPOINT on named splits, or score --hyp against --ref."""
     from dataclasses import asdict
 
-    from translate.evaluation import score
+    from translate.scoring import score
 
     try:
         if hyp or ref:
@@ -271,7 +271,8 @@ def _score_checkpoint(checkpoint, splits, data_path, device, beam=None, lenpen=N
     from translate.checkpoint import load_checkpoint
     from translate.data import load_split
     from translate.engine import resolve_engine
-    from translate.evaluation import decoding_model, score, translate_sentences
+    from translate.evaluation import evaluate_split
+    from translate.inference import decoding_model
     from translate.utils import pick_device
 
     dev = pick_device(device)
@@ -288,9 +289,9 @@ def _score_checkpoint(checkpoint, splits, data_path, device, beam=None, lenpen=N
     results = {}
     for split in splits or data_cfg.test_splits:
         src, ref = load_split(data_cfg, split)
-        hyps = translate_sentences(model, loaded.tokenizer, src, decode_cfg, dev, precision,
-                                   progress=sys.stderr.isatty(), engine=engine)
-        results[split] = score(hyps, ref, data_cfg.tgt_lang)
+        results[split] = evaluate_split(model, loaded.tokenizer, src, ref, decode_cfg,
+                                        data_cfg.tgt_lang, dev, precision, engine,
+                                        progress=sys.stderr.isatty()).scores
     return results
 
 
@@ -313,8 +314,8 @@ def compare(run_dirs, split, output, data_path, device, samples, engine):
     sacreBLEU's paired bootstrap test, BLEU by source length, learning curves, attention maps
     and sample translations.
     """
-    from translate.compare import compare as run_compare
-    from translate.report import findings
+    from translate.analysis.compare import compare as run_compare
+    from translate.analysis.report import findings
 
     try:
         if data_path:
@@ -340,7 +341,7 @@ def attention(checkpoint, text, output, device):
     cross-attention; one column per layer, heads averaged); an RNN its alignment matrix.
     """
     from translate.checkpoint import load_checkpoint
-    from translate.compare import attention_figure, attention_maps
+    from translate.analysis.attention import attention_figure, attention_maps
     from translate.utils import pick_device
 
     try:
@@ -363,7 +364,7 @@ def attention(checkpoint, text, output, device):
               help="Also draw this monitored split's BLEU where the runs logged it.")
 def curve(run_dirs, output, monitor):
     """Plot dev BLEU against training wall-clock for one or more RUN_DIRS."""
-    from translate.plots import MetricsError, plot_learning_curves
+    from translate.analysis.plots import MetricsError, plot_learning_curves
 
     try:
         click.echo(f"wrote {plot_learning_curves(list(run_dirs), output, monitor)}")

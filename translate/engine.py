@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from translate import loss, search
+from translate import fast, loss, search
 
 ENGINES = ("auto", "fast", "plain")
 
@@ -29,6 +29,7 @@ class Engine:
 
 PLAIN = Engine("plain", lambda model: model, loss.label_smoothed_cross_entropy,
                search.top_candidates)
+FAST = Engine("fast", fast.accelerate, fast.label_smoothed_cross_entropy, fast.top_candidates)
 
 
 def resolve_engine(name: str, device: torch.device) -> Engine:
@@ -37,8 +38,4 @@ def resolve_engine(name: str, device: torch.device) -> Engine:
         raise ValueError(f"engine '{name}' is unknown; valid: {', '.join(ENGINES)}")
     if name == "auto":
         name = "fast" if device.type == "cpu" else "plain"
-    if name == "plain":
-        return PLAIN
-    from translate.fast import ENGINE
-
-    return ENGINE
+    return PLAIN if name == "plain" else FAST

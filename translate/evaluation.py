@@ -1,168 +1,42 @@
-"""Translate sentences with a model and score them with sacreBLEU.
-
-Scores: detokenized, cased sacreBLEU (13a) and chrF with their signatures, and, labelled "legacy",
-the BLEU most Multi30k papers report: lowercased, Moses-tokenized text scored with tokenize=none.
-"""
+"""Decode a split and score it: what training's dev and test decodes, `translate evaluate` and
+`translate compare` all do, written once."""
 
 from __future__ import annotations
 
-import logging
+import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
 
 from translate.config import DecodeConfig
-from translate.data import pad
 from translate.engine import PLAIN, Engine
-from translate.search import Hypothesis, beam_search, greedy_search, output_limits
+from translate.inference import translate_sentences
+from translate.scoring import Scores, score
 from translate.tokenizer import Tokenizer
-from translate.utils import autocast, resolve_precision
-
-log = logging.getLogger(__name__)
-
-
-def length_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int = 0
-                   ) -> list[list[int]]:
-    """Indices sorted by length (longest first), cut so each batch has <= max_tokens tokens
-    (padded) and, when max_sentences > 0, at most that many sentences."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches, current = [], []
-    for i in order:
-        full = 0 < max_sentences <= len(current)
-        if current and (full or lengths[current[0]] * (len(current) + 1) > max_tokens):
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
 
 
 @dataclass
-class Translation:
-    text: str
-    score: float = 0.0  # beam score: logprob / length penalty
-    logprob: float = 0.0  # sum of token log-probabilities, EOS included
-    tokens: int = 0  # output pieces, EOS excluded
+class SplitResult:
+    """A split's translations (line i for source i), their scores and the decoding time."""
+
+    hypotheses: list[str]
+    scores: Scores
+    seconds: float
 
 
-def decoding_model(model: nn.Module, precision: str, device: torch.device, engine: Engine
-                   ) -> tuple[nn.Module, str]:
-    """The model to decode with on `device`, and the autocast precision to run it under.
+def evaluate_split(model: nn.Module, tokenizer: Tokenizer, sources: Sequence[str],
+                   references: Sequence[str], cfg: DecodeConfig, tgt_lang: str,
+                   device: torch.device | str = "cpu", precision: str = "fp32",
+                   engine: Engine = PLAIN, progress: bool = False) -> SplitResult:
+    """Translate `sources` as `translate_sentences` does and score them against `references`.
 
-    `precision` is a recipe's or the command line's name (auto, fp32, bf16, fp16, int8): int8
-    quantizes a copy of every linear layer and runs it without autocast. The engine is applied
-    to the model (in place, unless int8 made a copy).
+    The model is expected ready for `precision` and `engine` (`inference.decoding_model`).
     """
-    precision = resolve_precision(precision, device)
-    if precision == "int8":
-        from translate.fast import quantize_int8
-
-        model, precision = quantize_int8(model), "fp32"
-    return engine.prepare(model), precision
-
-
-@torch.no_grad()
-def decode_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence[str],
-                     cfg: DecodeConfig, device: torch.device | str = "cpu",
-                     precision: str = "fp32", progress: bool = False, nbest: int = 1,
-                     with_scores: bool = False, engine: Engine = PLAIN
-                     ) -> list[list[Translation]]:
-    """Translate raw sentences: for input i, its `nbest` translations, best first.
-
-    Batches by length, restores the input order, gives an empty input one empty translation and
-    truncates (with a warning) a line longer than the model's limit. Greedy search serves beam
-    1 unless scores or several hypotheses are asked for; beam search serves the rest, with the
-    engine's step (`engine.candidates`; the model is expected prepared by `engine.prepare`).
-    """
-    model.eval()
-    device = torch.device(device)
-    limit = model.cfg.max_positions - 1
-    encoded = tokenizer.encode_src(sentences)
-    for i, ids in enumerate(encoded):
-        if len(ids) > limit:
-            log.warning("line %d has %d pieces, over the model's limit of %d: translating its "
-                        "first %d pieces only", i + 1, len(ids), limit, limit)
-            encoded[i] = ids[: limit - 1] + ids[-1:]
-    todo = [i for i, s in enumerate(sentences) if s.strip()]
-    outputs = [[Translation("")] for _ in sentences]
-    use_beam = cfg.beam > 1 or nbest > 1 or with_scores
-    bar = _progress(len(todo), progress)
-    for batch in length_batches([len(encoded[i]) for i in todo], cfg.max_tokens, cfg.batch_size):
-        idx = [todo[j] for j in batch]
-        src = pad([torch.tensor(encoded[i]) for i in idx]).to(device)  # (B, S)
-        limits = output_limits(src, cfg.max_len_a, cfg.max_len_b, limit)  # (B,)
-        with autocast(device, precision):
-            if use_beam:
-                found = beam_search(model, src, max(cfg.beam, nbest), limits, cfg.lenpen, nbest,
-                                    engine.candidates)
-            else:
-                found = [[Hypothesis(ids, 0.0, 0.0)] for ids in greedy_search(model, src, limits)]
-        texts = iter(tokenizer.decode_tgt([h.tokens for hyps in found for h in hyps]))
-        for i, hyps in zip(idx, found):
-            outputs[i] = [Translation(next(texts), h.score, h.logprob, len(h.tokens))
-                          for h in hyps]
-        bar.update(len(idx))
-    bar.close()
-    return outputs
-
-
-def translate_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence[str],
-                        cfg: DecodeConfig, device: torch.device | str = "cpu",
-                        precision: str = "fp32", progress: bool = False,
-                        engine: Engine = PLAIN) -> list[str]:
-    """Translate raw sentences; output i belongs to input i, an empty input gives ''."""
-    found = decode_sentences(model, tokenizer, sentences, cfg, device, precision, progress,
-                             engine=engine)
-    return [hyps[0].text for hyps in found]
-
-
-def _progress(total: int, enabled: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, disable=not enabled, unit="sent", desc="decoding", leave=False)
-
-
-@dataclass
-class Scores:
-    bleu: float
-    chrf: float
-    legacy_bleu: float
-    bleu_signature: str
-    chrf_signature: str
-    legacy_signature: str
-    bleu_detail: str
-    sentences: int
-
-    def summary(self) -> str:
-        return (f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  ({self.sentences} sentences)\n"
-                f"  {self.bleu_detail}\n"
-                f"  sacreBLEU signature: {self.bleu_signature}\n"
-                f"  chrF signature:      {self.chrf_signature}\n"
-                f"legacy BLEU {self.legacy_bleu:.2f} (lowercased, Moses-tokenized, "
-                f"for comparison with papers only)\n"
-                f"  signature: {self.legacy_signature} + lowercase + sacremoses tokenization")
-
-
-def score(hypotheses: Sequence[str], references: Sequence[str], tgt_lang: str = "de") -> Scores:
-    """Corpus BLEU, chrF and legacy BLEU of hypotheses against one reference each."""
-    from sacrebleu.metrics import BLEU, CHRF
-
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
-    hyps, refs = list(hypotheses), [list(references)]
-    bleu, chrf = BLEU(), CHRF()
-    b, c = bleu.corpus_score(hyps, refs), chrf.corpus_score(hyps, refs)
-    legacy = BLEU(tokenize="none", force=True)
-    lb = legacy.corpus_score(_moses_lower(hyps, tgt_lang), [_moses_lower(refs[0], tgt_lang)])
-    return Scores(b.score, c.score, lb.score, str(bleu.get_signature()), str(chrf.get_signature()),
-                  str(legacy.get_signature()), str(b), len(hyps))
-
-
-def _moses_lower(lines: Iterable[str], lang: str) -> list[str]:
-    from sacremoses import MosesTokenizer
-
-    tok = MosesTokenizer(lang=lang)
-    return [tok.tokenize(line.lower(), return_str=True, escape=False) for line in lines]
+    if len(sources) != len(references):
+        raise ValueError(f"{len(sources)} sources but {len(references)} references")
+    start = time.perf_counter()
+    hyps = translate_sentences(model, tokenizer, sources, cfg, device, precision, progress, engine)
+    seconds = time.perf_counter() - start
+    return SplitResult(hyps, score(hyps, references, tgt_lang), seconds)

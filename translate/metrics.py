@@ -14,8 +14,8 @@ class MetricsLog:
 
     def __init__(self, path: Path):
         self.path = path
-        self.file = open(path, "a", encoding="utf-8")
-        self.tb = self._tensorboard()
+        self.file = self.tb = None  # opened by the first write: a run that fails first leaves none
+        self.purge_step: Optional[int] = None  # TensorBoard hides its events from here (resuming)
 
     def _tensorboard(self, purge_step: Optional[int] = None):
         """A TensorBoard writer, hiding earlier events from `purge_step` on; None without it."""
@@ -27,6 +27,9 @@ class MetricsLog:
             return None
 
     def write(self, record: dict) -> None:
+        if self.file is None:
+            self.file = open(self.path, "a", encoding="utf-8")
+            self.tb = self._tensorboard(self.purge_step)
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
         if self.tb is not None:
@@ -40,9 +43,10 @@ class MetricsLog:
         Test-score records go too (the run goes on), as does a line cut short by a crash;
         TensorBoard hides its events after `step`.
         """
-        self.file.close()
+        self.close()
+        text = self.path.read_text(encoding="utf-8", errors="replace") if self.path.exists() else ""
         kept = []
-        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
+        for line in text.splitlines():
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
@@ -52,15 +56,14 @@ class MetricsLog:
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text("".join(kept), encoding="utf-8")
         os.replace(tmp, self.path)
-        self.file = open(self.path, "a", encoding="utf-8")
-        if self.tb is not None:
-            self.tb.close()
-            self.tb = self._tensorboard(purge_step=step + 1)
+        self.purge_step = step + 1
 
     def close(self) -> None:
-        self.file.close()
+        if self.file is not None:
+            self.file.close()
         if self.tb is not None:
             self.tb.close()
+        self.file = self.tb = None
 
 
 @dataclass

@@ -9,12 +9,12 @@ import torch
 import torch.nn.functional as F
 
 from translate.checkpoint import load_checkpoint
-from translate.engine import PLAIN, resolve_engine
-from translate.evaluation import decode_sentences
-from translate.fast import ENGINE, accelerate
+from translate.engine import FAST, PLAIN, resolve_engine
+from translate.fast import accelerate
 from translate.fast.attention import explicit_attention, explicit_is_faster, sdpa
 from translate.fast.linear import PackedLinear
 from translate.fast.search import topk_rows
+from translate.inference import decode_sentences
 from translate.models import RNNConfig, TransformerConfig, build_model
 from translate.models.attention import padding_mask
 from translate.search import beam_search, greedy_search
@@ -56,7 +56,7 @@ def test_fast_search_finds_what_plain_search_finds(arch):
     plain, fast = pair(arch)
     src, limits = sources(), torch.tensor([4, 11, 2, 9, 6])
     assert greedy_search(fast, src, limits) == greedy_search(plain, src, limits)
-    ours = beam_search(fast, src, 4, limits, nbest=4, candidates=ENGINE.candidates)
+    ours = beam_search(fast, src, 4, limits, nbest=4, candidates=FAST.candidates)
     theirs = beam_search(plain, src, 4, limits, nbest=4)
     assert [[h.tokens for h in hs] for hs in ours] == [[h.tokens for h in hs] for hs in theirs]
     for hs, ts in zip(ours, theirs):
@@ -72,7 +72,7 @@ def test_fast_and_plain_translate_real_data_alike(run, request, small_data):
         cfg = replace(loaded.recipe.decode, beam=beam)
         plain = decode_sentences(loaded.model, loaded.tokenizer, src, cfg, with_scores=True)
         fast = decode_sentences(fast_model, loaded.tokenizer, src, cfg, with_scores=True,
-                                engine=ENGINE)
+                                engine=FAST)
         same = sum(p[0].text == f[0].text for p, f in zip(plain, fast))
         assert same >= 99, f"beam {beam}: {same}/100 identical"
         close = [abs(p[0].logprob - f[0].logprob) < 1e-3 for p, f in zip(plain, fast)
@@ -90,7 +90,7 @@ def test_fast_training_step_equals_the_plain_one(trained_run):
     pairs = encode_pairs(loaded.tokenizer, texts, ["Ein Mann fährt Rad .", "Zwei Hunde ."])
     batch = collate(pairs.src, pairs.tgt)
     results = []
-    for engine in (PLAIN, ENGINE):
+    for engine in (PLAIN, FAST):
         model = engine.prepare(copy.deepcopy(loaded.model)).train()
         loss, nll = engine.loss(model(batch.src, batch.tgt_in), batch.tgt_out, 0.1, 0)
         loss.backward()
@@ -103,7 +103,7 @@ def test_fast_training_step_equals_the_plain_one(trained_run):
 
 
 def test_auto_engine_is_fast_on_the_cpu_and_names_are_checked():
-    assert resolve_engine("auto", torch.device("cpu")) is ENGINE
+    assert resolve_engine("auto", torch.device("cpu")) is FAST
     assert resolve_engine("plain", torch.device("cpu")) is PLAIN
     with pytest.raises(ValueError, match="engine 'turbo' is unknown; valid: auto, fast, plain"):
         resolve_engine("turbo", torch.device("cpu"))

@@ -7,12 +7,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import translate.training
+import translate.training.loop
 from conftest import TINY_OVERRIDES
 from translate.cli import main
 from translate.config import load_recipe
 from translate.engine import resolve_engine
-from translate.training import Trainer, TrainingError
+from translate.metrics import MetricsLog
+from translate.training import Trainer, TrainingError, prepare_data
 
 
 def poisoned_engine(bad_calls: set[int]):
@@ -37,7 +38,10 @@ def poisoned_engine(bad_calls: set[int]):
 def trainer(recipe_path, small_data, tmp_path):
     cfg = load_recipe(recipe_path, [*TINY_OVERRIDES, f"data.dataset={small_data}",
                                     "train.max_bad_losses=1"])
-    return Trainer(cfg, tmp_path, device="cpu", progress=False)
+    metrics = MetricsLog(tmp_path / "metrics.jsonl")
+    yield Trainer(cfg, tmp_path, prepare_data(cfg, tmp_path), metrics, device="cpu",
+                  progress=False)
+    metrics.close()
 
 
 def first_batches(trainer, n=1):
@@ -89,11 +93,11 @@ def test_training_goes_on_past_few_bad_losses_and_stops_on_many(monkeypatch, rec
             *[a for item in TINY_OVERRIDES for a in ("--set", item)], "--set",
             "train.max_steps=12", "--set", "train.eval_every=0", "--set", "data.test_splits=[]",
             "--set", "train.max_bad_losses=2"]
-    monkeypatch.setattr(translate.training, "resolve_engine", poisoned_engine({3, 5}))
+    monkeypatch.setattr(translate.training.loop, "resolve_engine", poisoned_engine({3, 5}))
     result = CliRunner().invoke(main, [*args, "--run-dir", str(tmp_path / "ok")])
     assert result.exit_code == 0, result.output
     assert "(step 12 of 12" in result.output
-    monkeypatch.setattr(translate.training, "resolve_engine", poisoned_engine({3, 5, 6}))
+    monkeypatch.setattr(translate.training.loop, "resolve_engine", poisoned_engine({3, 5, 6}))
     result = CliRunner().invoke(main, [*args, "--run-dir", str(tmp_path / "diverged")])
     assert result.exit_code == 1 and "Traceback" not in result.output
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]

@@ -2,9 +2,9 @@
 
 `accelerate(model)` swaps the model's modules for the subclasses in this package, in place: the
 same parameters and state dict, the same results to float rounding (tests/fast/ checks each
-against the textbook path on real data). `ENGINE` bundles it with the engine's loss and
-beam-search step; `translate.engine.resolve_engine` picks it (`--engine fast`, the default on
-the CPU) or the plain path (`--engine plain`).
+against the textbook path on real data). `translate.engine.FAST` bundles it with this package's
+loss and beam-search step; `translate.engine.resolve_engine` picks it (`--engine fast`, the
+default on the CPU) or the plain path (`--engine plain`).
 
     linear.py      packed oneDNN weights, Q/K/V in one matmul, fused activations
     attention.py   explicit small-query attention, shared memory rows, deferred beam reorder
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from torch import nn
 
-from translate.engine import Engine
 from translate.fast.attention import FastMultiHeadAttention, fuses_projections
 from translate.fast.layers import (ByteDropout, FastRNN, FastTransformer, FusedFeedForward,
                                    GroupedAdditiveAttention)
@@ -53,6 +52,4 @@ def accelerate(model: nn.Module) -> nn.Module:
     return model
 
 
-ENGINE = Engine("fast", accelerate, label_smoothed_cross_entropy, top_candidates)
-
-__all__ = ["ENGINE", "accelerate", "quantize_int8"]
+__all__ = ["accelerate", "label_smoothed_cross_entropy", "quantize_int8", "top_candidates"]

@@ -8,13 +8,14 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from translate.analysis.attention import attention_maps, record_attention
+from translate.analysis.compare import pick_sentences
+from translate.analysis.report import markdown_table
 from translate.checkpoint import load_checkpoint
 from translate.cli import main
-from translate.compare import attention_maps, bleu_by_length, pick_sentences
 from translate.data import pad
-from translate.evaluation import score, translate_sentences
-from translate.compare import record_attention
-from translate.report import markdown_table
+from translate.inference import translate_sentences
+from translate.scoring import bleu_by_length, score
 from translate.tokens import BOS
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -59,6 +60,12 @@ def test_compare_writes_every_file_and_section(report):
         assert system["name"] in md and system["parameters"] > 0 and system["steps"] > 0
         assert system["sentences_per_s"] > 0 and system["train_minutes"] > 0
         assert system["bleu_signature"] in md
+
+
+def test_compare_scores_each_run_as_its_training_did(report, trained_run, trained_rnn_run):
+    _, results = report
+    for system, run in zip(results["systems"], (trained_run, trained_rnn_run)):
+        assert system["bleu"] == run.test_scores["test_2016_flickr"].bleu
 
 
 def test_bootstrap_scores_both_systems_on_the_same_references(report, small_data):

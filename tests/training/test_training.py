@@ -7,7 +7,7 @@ from torch import nn
 
 from translate.checkpoint import load_checkpoint
 from translate.config import DecodeConfig
-from translate.evaluation import translate_sentences
+from translate.inference import translate_sentences
 from translate.training import inverse_sqrt_lr, update_ema
 
 

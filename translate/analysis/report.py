@@ -1,5 +1,5 @@
 """The comparison report: Markdown (tables, relative figure links) and factual sentences, written
-from the dict that `translate.compare.compare` saves as results.json."""
+from the dict that `translate.analysis.compare.compare` saves as results.json."""
 
 from __future__ import annotations
 

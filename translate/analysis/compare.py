@@ -2,50 +2,37 @@
 
 `compare(run_dirs, split, output)` decodes the split with each run folder's best.pt, scores it with
 sacreBLEU, runs sacreBLEU's paired bootstrap resampling against the first run (the baseline), splits
-BLEU by source length, draws learning curves and attention maps, and writes report.md,
-results.json, the figures and every system's hypotheses into `output`.
-
-`attention_maps` records one sentence's attention weights while the model re-reads its own greedy
-translation (teacher forcing); `attention_figure` draws them.
-
-Shapes: H heads, S source pieces, T target pieces.
+BLEU by source length, draws learning curves and attention maps (`analysis.attention`), and writes
+report.md, results.json, the figures and every system's hypotheses into `output`.
 """
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 import statistics
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import torch
-from torch import nn
 
+from translate.analysis.attention import attention_maps, heatmap
+from translate.analysis.plots import (MetricsError, plot_dev_curves, plot_heatmaps,
+                                      plot_length_buckets, pyplot, read_metrics)
+from translate.analysis.report import render_report
 from translate.checkpoint import CheckpointError, Loaded, load_checkpoint
-from translate.config import DecodeConfig
 from translate.data import load_split, resolve_dataset
-from translate.engine import resolve_engine
-from translate.evaluation import score, translate_sentences
+from translate.engine import Engine, resolve_engine
+from translate.evaluation import evaluate_split
+from translate.inference import translate_sentences
 from translate.models import count_parameters
-from translate.models.attention import CROSS, DECODER_SELF, ENCODER_SELF, MultiHeadAttention
-from translate.models.rnn import AdditiveAttention
-from translate.plots import (Heatmap, MetricsError, plot_dev_curves, plot_heatmaps,
-                             plot_length_buckets, pyplot, read_metrics)
-from translate.report import render_report
-from translate.search import greedy_search, max_output_length
-from translate.tokenizer import Tokenizer
-from translate.tokens import BOS, EOS
+from translate.models.attention import DECODER_SELF, ENCODER_SELF
+from translate.scoring import bleu_by_length, paired_bootstrap
 from translate.utils import pick_device, resolve_precision
 
 log = logging.getLogger(__name__)
 
-BUCKET_LIMITS = (10, 15, 20, 25)  # largest source length (words) of each bucket; then "26+"
 ATTENTION_SENTENCES = 3
 WARMUP = 8  # sentences decoded before the timed decode
 
@@ -87,49 +74,6 @@ def training_summary(records: list[dict], path: Path) -> dict:
         raise MetricsError(f"{path}: a record has no {e} field") from None
 
 
-def paired_bootstrap(names: Sequence[str], hyps: Sequence[Sequence[str]], refs: Sequence[str],
-                     n_samples: int = 1000) -> dict:
-    """sacreBLEU's paired bootstrap resampling, as `sacrebleu REF -i A B ... --paired-bs`.
-
-    The first system is the baseline; every system is scored on the same references. Returns the
-    test's signatures and, per system and metric, the score, bootstrap mean, 95% CI half-width
-    and p-value (None for the baseline).
-    """
-    from sacrebleu.metrics import BLEU, CHRF
-    from sacrebleu.significance import PairedTest
-
-    test = PairedTest(list(zip(names, hyps)), {"BLEU": BLEU(), "chrF": CHRF()},
-                      references=[list(refs)], test_type="bs", n_samples=n_samples)
-    signatures, columns = test()
-    metrics = [m for m in columns if m != "System"]  # "BLEU", "chrF2"
-    systems = [{"name": name, **{m: {"score": float(columns[m][i].score),
-                                     "mean": float(columns[m][i].mean),
-                                     "ci": float(columns[m][i].ci),
-                                     "p_value": columns[m][i].p_value} for m in metrics}}
-               for i, name in enumerate(columns["System"])]
-    return {"baseline": names[0], "n_samples": test.n_samples, "metrics": metrics,
-            "signatures": {m: str(s) for m, s in signatures.items()}, "systems": systems}
-
-
-def bucket_labels() -> list[str]:
-    lows = (1, *(limit + 1 for limit in BUCKET_LIMITS))
-    return [f"{lo}-{hi}" for lo, hi in zip(lows, BUCKET_LIMITS)] + [f"{lows[-1]}+"]
-
-
-def bleu_by_length(src: Sequence[str], refs: Sequence[str], hyps: dict[str, list[str]]
-                   ) -> list[dict]:
-    """Corpus BLEU of each system within each source-length bucket (whitespace-split words)."""
-    from sacrebleu.metrics import BLEU
-
-    groups: list[list[int]] = [[] for _ in range(len(BUCKET_LIMITS) + 1)]
-    for i, sentence in enumerate(src):
-        groups[bisect.bisect_left(BUCKET_LIMITS, len(sentence.split()))].append(i)
-    return [{"words": label, "sentences": len(idx),
-             "bleu": {name: BLEU().corpus_score([h[i] for i in idx], [[refs[i] for i in idx]]).score
-                      if idx else None for name, h in hyps.items()}}
-            for label, idx in zip(bucket_labels(), groups)]
-
-
 def spread(items: Sequence[int], k: int) -> list[int]:
     """k items evenly spaced over `items`, first and last included."""
     k = min(k, len(items))
@@ -145,119 +89,6 @@ def pick_sentences(src: Sequence[str], k: int, shortest: int = 6, longest: int =
                          key=lambda i: len(src[i].split()))[:k])
 
 
-# ---------------------------------------------------------------------------------------------
-# Attention maps
-
-
-@contextmanager
-def record_attention(model: nn.Module) -> Iterator[dict[str, list[torch.Tensor]]]:
-    """Collect attention weights while the block runs: {module name: [weights per call]}.
-
-    MultiHeadAttention calls are made to return their weights and add (B, H, T, S) tensors;
-    AdditiveAttention calls add (B, 1, S), one per decoder step. Each module's `role` and
-    `layer` say what it is.
-    """
-    maps: dict[str, list[torch.Tensor]] = {}
-    hooks = []
-    for name, module in model.named_modules():
-        if isinstance(module, (MultiHeadAttention, AdditiveAttention)):
-            maps[name] = []
-            hooks.append(module.register_forward_hook(partial(_keep_weights, maps[name])))
-        if isinstance(module, MultiHeadAttention):
-            hooks.append(module.register_forward_pre_hook(_ask_for_weights, with_kwargs=True))
-    try:
-        yield maps
-    finally:
-        for hook in hooks:
-            hook.remove()
-
-
-def _ask_for_weights(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    return args, {**kwargs, "need_weights": True}
-
-
-def _keep_weights(store: list, module: nn.Module, args: tuple, output: tuple) -> None:
-    weights = output[1].detach()
-    store.append(weights[:, None] if weights.dim() == 2 else weights)  # additive: (B, 1, S)
-
-
-@dataclass
-class AttentionMaps:
-    """One sentence's attention weights, recorded while the model re-reads its greedy output."""
-
-    translation: str
-    src_pieces: list[str]  # S source pieces, EOS last
-    tgt_in_pieces: list[str]  # T decoder inputs: BOS, then the output pieces
-    out_pieces: list[str]  # T pieces predicted at each position (EOS last when the output ended)
-    weights: dict[str, torch.Tensor]  # attention module -> (H, T_query, T_key); the RNN has H = 1
-    roles: dict[str, tuple[str, int]]  # attention module -> its role and layer
-
-
-@torch.no_grad()
-def attention_maps(model: nn.Module, tokenizer: Tokenizer, sentence: str, cfg: DecodeConfig,
-                   device: torch.device | str = "cpu") -> AttentionMaps:
-    """Translate `sentence` greedily, then record every attention module on that translation."""
-    if not sentence.strip():
-        raise ValueError("the sentence to translate is empty")
-    model.eval()
-    src_ids = tokenizer.encode_src([sentence])[0]
-    limit = model.cfg.max_positions - 1
-    if len(src_ids) > limit:
-        raise ValueError(f"the sentence has {len(src_ids)} pieces, over the model's limit of "
-                         f"{limit}")
-    src = torch.tensor([src_ids], device=device)  # (1, S)
-    max_len = max_output_length(src, cfg.max_len_a, cfg.max_len_b, limit)
-    hyp = greedy_search(model, src, max_len)[0]
-    tgt_in = torch.tensor([[BOS] + hyp], device=device)  # (1, T)
-    with record_attention(model) as recorded:
-        logits = model(src, tgt_in)  # (1, T, V)
-    # row t predicts hyp[t]; the last row EOS, unless the length limit stopped the search
-    out_ids = hyp + [EOS if len(hyp) < max_len else int(logits[0, -1].argmax())]
-    weights = {}
-    for module, calls in recorded.items():
-        # one (1, H, T, S) call per Transformer module; the RNN's (1, 1, S) per step -> (T, S)
-        w = torch.cat(calls, dim=-2)[0].float().cpu()
-        weights[module] = w if w.dim() == 3 else w[None]  # (H, T_query, T_key)
-    src_piece, tgt_piece = tokenizer.src.id_to_piece, tokenizer.tgt.id_to_piece
-    modules = dict(model.named_modules())
-    roles = {name: (modules[name].role, modules[name].layer) for name in weights}
-    return AttentionMaps(tokenizer.decode_tgt([hyp])[0], [src_piece(i) for i in src_ids],
-                         [tgt_piece(i) for i in tgt_in[0].tolist()],
-                         [tgt_piece(i) for i in out_ids], weights, roles)
-
-
-def heatmap(maps: AttentionMaps, module: str, head: int | None = None, prefix: str = ""
-            ) -> Heatmap:
-    """One module's weights, averaged over heads unless `head` is given, with token labels."""
-    w = maps.weights[module]  # (H, T_query, T_key)
-    role, layer = maps.roles[module]
-    if role == ENCODER_SELF:
-        axes = (maps.src_pieces, maps.src_pieces, "source (keys)", "source (queries)")
-    elif role == DECODER_SELF:
-        axes = (maps.tgt_in_pieces, maps.tgt_in_pieces, "target input (keys)",
-                "target input (queries)")
-    else:
-        axes = (maps.src_pieces, maps.out_pieces, "source", "predicted target")
-    title = role if role != DECODER_SELF else "decoder causal self-attention"
-    if role in (ENCODER_SELF, DECODER_SELF, CROSS):
-        title += f", layer {layer + 1}"
-    if w.size(0) > 1:
-        title += ", heads averaged" if head is None else f", head {head + 1}"
-    matrix = w.mean(0) if head is None else w[head]  # (T_query, T_key)
-    return Heatmap(prefix + title, matrix.numpy(), *axes)
-
-
-def attention_figure(maps: AttentionMaps, output: str | Path, title: str) -> Path:
-    """Every attention module of one translation: a row per role, a column per layer."""
-    rows: dict[str, list[Heatmap]] = {}
-    for module in maps.weights:
-        rows.setdefault(maps.roles[module][0], []).append(heatmap(maps, module))
-    return plot_heatmaps(list(rows.values()), output, title, max_columns=4)
-
-
-# ---------------------------------------------------------------------------------------------
-# The comparison
-
 
 def _unique_names(run_dirs: Sequence[str | Path]) -> list[str]:
     names = [Path(d).resolve().name for d in run_dirs]
@@ -265,7 +96,7 @@ def _unique_names(run_dirs: Sequence[str | Path]) -> list[str]:
 
 
 def _decode(run: Run, src: list[str], refs: list[str], device: torch.device, progress: bool,
-            engine) -> tuple[list[str], dict]:
+            engine: Engine) -> tuple[list[str], dict]:
     """The run's hypotheses and its row of the systems table."""
     recipe, model, tokenizer = run.loaded.recipe, run.loaded.model, run.loaded.tokenizer
     cfg = replace(recipe.decode, beam=1)  # every system greedy, whatever its recipe says
@@ -273,16 +104,15 @@ def _decode(run: Run, src: list[str], refs: list[str], device: torch.device, pro
     log.info("decoding %d sentences with %s", len(src), run.name)
     # warm up untimed, so the first run does not pay for one-time setup in its speed
     translate_sentences(model, tokenizer, src[:WARMUP], cfg, device, precision, engine=engine)
-    start = time.perf_counter()
-    hyps = translate_sentences(model, tokenizer, src, cfg, device, precision, progress, engine)
-    seconds = time.perf_counter() - start
-    scores = score(hyps, refs, recipe.data.tgt_lang)
-    return hyps, {
+    result = evaluate_split(model, tokenizer, src, refs, cfg, recipe.data.tgt_lang, device,
+                            precision, engine, progress)
+    scores = result.scores
+    return result.hypotheses, {
         "name": run.name, "arch": recipe.model.arch, "run_dir": str(run.run_dir),
         "parameters": count_parameters(model), "step": run.loaded.step, **run.summary,
         "bleu": scores.bleu, "chrf": scores.chrf, "bleu_signature": scores.bleu_signature,
         "chrf_signature": scores.chrf_signature, "precision": precision,
-        "decode_seconds": seconds, "sentences_per_s": len(src) / seconds}
+        "decode_seconds": result.seconds, "sentences_per_s": len(src) / result.seconds}
 
 
 def compare(run_dirs: Sequence[str | Path], split: str, output: str | Path,

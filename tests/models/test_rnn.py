@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from translate.checkpoint import load_checkpoint
-from translate.compare import record_attention
-from translate.evaluation import translate_sentences
+from translate.analysis.attention import record_attention
+from translate.inference import translate_sentences
 from translate.models import RNNConfig, build_model
 from translate.models.rnn import AdditiveAttention
 from translate.search import greedy_search

@@ -1,0 +1,130 @@
+"""Training speed of two revisions of this repository, measured against each other step by step.
+
+    python benchmarks/ab_train.py REV_A REV_B --data ../shared/data/multi30k \
+        --precisions fp32,auto --rounds 7 --steps 6 --json ab_train.json
+
+Each revision's `translate/` package is exported (`git archive`, as `ab_decode.py` does) and
+builds its own `Trainer` from its own copy of the Transformer recipe, so each step is exactly what
+`translate train` runs at that revision: forward, loss, backward, clipping, AdamW, the schedule and
+the weight average. B starts from A's initial weights (through B's checkpoint upgrade) and both
+train on the same batches of A's epoch 1. In every round each takes `--steps` steps, the order
+alternating round by round, so the VM's noise hits both alike. Printed per precision: target
+tokens/s of each, B's speed over A's in every round and their median, and the largest difference
+between their losses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ab_decode import ROOT, export, speeds  # noqa: E402
+
+RECIPE = "recipes/multi30k/transformer.yaml"
+
+
+def trainer(name: str, rev: str, data: str, precision: str, run_dir: Path):
+    """Revision `rev`'s Trainer (exported as package `name`) for the Transformer recipe."""
+    recipe_file = run_dir / "recipe.in.yaml"
+    recipe_file.write_bytes(subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{RECIPE}"],
+                                           check=True, capture_output=True).stdout)
+    config = importlib.import_module(f"{name}.config")
+    training = importlib.import_module(f"{name}.training")
+    recipe = config.load_recipe(recipe_file, [f"data.dataset={data}",
+                                              f"train.precision={precision}"])
+    if "data" in inspect.signature(training.Trainer).parameters:  # prepared data passed in
+        metrics = importlib.import_module(f"{name}.metrics").MetricsLog(run_dir / "metrics.jsonl")
+        prepared = training.prepare_data(recipe, run_dir)
+        return training.Trainer(recipe, run_dir, prepared, metrics, device="cpu", progress=False)
+    return training.Trainer(recipe, run_dir, device="cpu", progress=False)
+
+
+def same_weights(a, b, b_name: str) -> None:
+    """Give trainer b trainer a's weights (and weight average), upgraded to b's format."""
+    upgrade = getattr(importlib.import_module(f"{b_name}.checkpoint"), "upgrade_state_dict",
+                      lambda state: state)
+    b.model.load_state_dict(upgrade(a.model.state_dict()))
+    if a.ema is not None:
+        b.ema.load_state_dict(upgrade(a.ema.state_dict()))
+
+
+def ab_rounds(trainers: dict, batches: list, steps: int, rounds: int) -> dict:
+    """Each trainer takes `steps` steps a round on the round's batches, in alternating order."""
+    seconds = {label: [] for label in trainers}
+    losses = {label: [] for label in trainers}
+    tokens = []
+    for r in range(rounds):
+        chunk = batches[r * steps: (r + 1) * steps]
+        tokens.append(sum(b.num_tgt_tokens for b in chunk))
+        for label in ("A", "B") if r % 2 == 0 else ("B", "A"):
+            start = time.perf_counter()
+            for batch in chunk:
+                losses[label].append(trainers[label].train_step([batch])[0])
+            seconds[label].append(time.perf_counter() - start)
+    ratios = [a / b for a, b in zip(seconds["A"], seconds["B"])]
+    return {"tok_per_s": {label: statistics.median(t / s for t, s in zip(tokens, secs))
+                          for label, secs in seconds.items()},
+            "b_over_a_per_round": ratios, "b_over_a": statistics.median(ratios),
+            "max_loss_difference": max(abs(a - b) for a, b in zip(losses["A"], losses["B"])),
+            "losses": losses}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("rev_a")
+    ap.add_argument("rev_b")
+    ap.add_argument("--data", default="../shared/data/multi30k")
+    ap.add_argument("--precisions", default="fp32,auto", help="comma-separated: fp32, bf16, auto")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=6, help="steps per revision per round")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps each first")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+
+    import torch
+
+    tmp = Path(tempfile.mkdtemp(prefix="ab_train-"))
+    sys.path.insert(0, str(tmp))
+    names = {"A": "translate_a", "B": "translate_b"}
+    for label, rev in (("A", args.rev_a), ("B", args.rev_b)):
+        export(rev, names[label], tmp)
+    data = importlib.import_module(f"{names['A']}.data")
+    report = {"rev_a": args.rev_a, "rev_b": args.rev_b, "results": {}}
+    for precision in args.precisions.split(","):
+        trainers = {}
+        for label, name in names.items():
+            run_dir = tmp / f"{precision}-{label}"
+            run_dir.mkdir()
+            trainers[label] = trainer(name, getattr(args, f"rev_{label.lower()}"),
+                                      str(Path(args.data).resolve()), precision, run_dir)
+        same_weights(trainers["A"], trainers["B"], names["B"])
+        torch.set_num_threads(args.threads)  # a recipe's train.threads may have changed it
+        a = trainers["A"]
+        order = a.epoch_batches()[: args.warmup + args.rounds * args.steps]
+        batches = [data.collate([a.train_pairs.src[i] for i in idx],
+                                [a.train_pairs.tgt[i] for i in idx]) for idx in order]
+        for label in ("A", "B"):
+            for batch in batches[: args.warmup]:
+                trainers[label].train_step([batch])
+        row = ab_rounds(trainers, batches[args.warmup:], args.steps, args.rounds)
+        row["precision"] = a.precision
+        report["results"][precision] = row
+        print(f"{precision} ({a.precision}): {speeds(row, 'tok_per_s', 'target tok/s', 0)}; "
+              f"largest loss difference {row['max_loss_difference']:.2e}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

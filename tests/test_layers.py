@@ -1,0 +1,63 @@
+"""The package's import contracts (setup.cfg, [importlinter]): lower layers never import higher
+ones, and the model code imports no tokenizer, SentencePiece or fast engine."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def lint(root: Path) -> subprocess.CompletedProcess:
+    """`lint-imports` on the `translate` package and setup.cfg found in `root`."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([str(LINT), "--no-cache", "--config", str(root / "setup.cfg")],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def package_copy(tmp_path) -> Path:
+    """The package and its contracts copied where a test may edit them."""
+    shutil.copytree(REPO / "translate", tmp_path / "translate",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "setup.cfg", tmp_path)
+    return tmp_path
+
+
+def add_import(module: Path, statement: str) -> None:
+    with open(module, "a", encoding="utf-8") as f:
+        f.write(f"\n{statement}  # noqa\n")
+
+
+def test_the_package_keeps_its_import_contracts():
+    result = lint(REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 kept, 0 broken" in result.stdout
+
+
+@pytest.mark.parametrize("lower, higher", [
+    ("models/transformer.py", "translate.training"),
+    ("data.py", "translate.cli"),
+    ("tokenizer.py", "translate.analysis.compare"),
+    ("search.py", "translate.evaluation"),
+])
+def test_a_lower_layer_importing_a_higher_one_breaks_the_layers(package_copy, lower, higher):
+    module = ".".join(("translate", *Path(lower).with_suffix("").parts))
+    add_import(package_copy / "translate" / lower, f"import {higher}")
+    result = lint(package_copy)
+    assert result.returncode == 1
+    assert "Each layer imports only the layers below it BROKEN" in result.stdout
+    assert f"{module} -> {higher}" in result.stdout
+
+
+def test_the_model_code_importing_sentencepiece_breaks_the_textbook_contract(package_copy):
+    add_import(package_copy / "translate/models/attention.py", "import sentencepiece")
+    result = lint(package_copy)
+    assert result.returncode == 1
+    assert "imports no tokenizer, SentencePiece or fast engine BROKEN" in result.stdout
+    assert "translate.models.attention -> sentencepiece" in result.stdout

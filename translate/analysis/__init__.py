@@ -1,0 +1,7 @@
+"""Analysis of trained systems: comparison reports, attention maps and figures.
+
+    compare.py     decode a split with several runs, significance, BLEU by length, report.md
+    attention.py   record and draw one sentence's attention weights
+    plots.py       learning curves, bar charts and heatmaps (matplotlib)
+    report.py      the Markdown report and its findings, from results.json's dict
+"""

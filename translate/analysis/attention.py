@@ -1,0 +1,133 @@
+"""Attention maps: record one sentence's attention weights and draw them.
+
+`attention_maps` translates a sentence greedily, then records every attention module while the
+model re-reads its own translation (teacher forcing); each module's `role` and `layer` say what
+it is. `attention_figure` draws them: a row per role, a column per layer.
+
+Shapes: H heads, S source pieces, T target pieces.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from translate.analysis.plots import Heatmap, plot_heatmaps
+from translate.config import DecodeConfig
+from translate.models.attention import CROSS, DECODER_SELF, ENCODER_SELF, MultiHeadAttention
+from translate.models.rnn import AdditiveAttention
+from translate.search import greedy_search, max_output_length
+from translate.tokenizer import Tokenizer
+from translate.tokens import BOS, EOS
+
+
+@contextmanager
+def record_attention(model: nn.Module) -> Iterator[dict[str, list[torch.Tensor]]]:
+    """Collect attention weights while the block runs: {module name: [weights per call]}.
+
+    MultiHeadAttention calls are made to return their weights and add (B, H, T, S) tensors;
+    AdditiveAttention calls add (B, 1, S), one per decoder step. Each module's `role` and
+    `layer` say what it is.
+    """
+    maps: dict[str, list[torch.Tensor]] = {}
+    hooks = []
+    for name, module in model.named_modules():
+        if isinstance(module, (MultiHeadAttention, AdditiveAttention)):
+            maps[name] = []
+            hooks.append(module.register_forward_hook(partial(_keep_weights, maps[name])))
+        if isinstance(module, MultiHeadAttention):
+            hooks.append(module.register_forward_pre_hook(_ask_for_weights, with_kwargs=True))
+    try:
+        yield maps
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def _ask_for_weights(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    return args, {**kwargs, "need_weights": True}
+
+
+def _keep_weights(store: list, module: nn.Module, args: tuple, output: tuple) -> None:
+    weights = output[1].detach()
+    store.append(weights[:, None] if weights.dim() == 2 else weights)  # additive: (B, 1, S)
+
+
+@dataclass
+class AttentionMaps:
+    """One sentence's attention weights, recorded while the model re-reads its greedy output."""
+
+    translation: str
+    src_pieces: list[str]  # S source pieces, EOS last
+    tgt_in_pieces: list[str]  # T decoder inputs: BOS, then the output pieces
+    out_pieces: list[str]  # T pieces predicted at each position (EOS last when the output ended)
+    weights: dict[str, torch.Tensor]  # attention module -> (H, T_query, T_key); the RNN has H = 1
+    roles: dict[str, tuple[str, int]]  # attention module -> its role and layer
+
+
+@torch.no_grad()
+def attention_maps(model: nn.Module, tokenizer: Tokenizer, sentence: str, cfg: DecodeConfig,
+                   device: torch.device | str = "cpu") -> AttentionMaps:
+    """Translate `sentence` greedily, then record every attention module on that translation."""
+    if not sentence.strip():
+        raise ValueError("the sentence to translate is empty")
+    model.eval()
+    src_ids = tokenizer.encode_src([sentence])[0]
+    limit = model.cfg.max_positions - 1
+    if len(src_ids) > limit:
+        raise ValueError(f"the sentence has {len(src_ids)} pieces, over the model's limit of "
+                         f"{limit}")
+    src = torch.tensor([src_ids], device=device)  # (1, S)
+    max_len = max_output_length(src, cfg.max_len_a, cfg.max_len_b, limit)
+    hyp = greedy_search(model, src, max_len)[0]
+    tgt_in = torch.tensor([[BOS] + hyp], device=device)  # (1, T)
+    with record_attention(model) as recorded:
+        logits = model(src, tgt_in)  # (1, T, V)
+    # row t predicts hyp[t]; the last row EOS, unless the length limit stopped the search
+    out_ids = hyp + [EOS if len(hyp) < max_len else int(logits[0, -1].argmax())]
+    weights = {}
+    for module, calls in recorded.items():
+        # one (1, H, T, S) call per Transformer module; the RNN's (1, 1, S) per step -> (T, S)
+        w = torch.cat(calls, dim=-2)[0].float().cpu()
+        weights[module] = w if w.dim() == 3 else w[None]  # (H, T_query, T_key)
+    src_piece, tgt_piece = tokenizer.src.id_to_piece, tokenizer.tgt.id_to_piece
+    modules = dict(model.named_modules())
+    roles = {name: (modules[name].role, modules[name].layer) for name in weights}
+    return AttentionMaps(tokenizer.decode_tgt([hyp])[0], [src_piece(i) for i in src_ids],
+                         [tgt_piece(i) for i in tgt_in[0].tolist()],
+                         [tgt_piece(i) for i in out_ids], weights, roles)
+
+
+def heatmap(maps: AttentionMaps, module: str, head: int | None = None, prefix: str = ""
+            ) -> Heatmap:
+    """One module's weights, averaged over heads unless `head` is given, with token labels."""
+    w = maps.weights[module]  # (H, T_query, T_key)
+    role, layer = maps.roles[module]
+    if role == ENCODER_SELF:
+        axes = (maps.src_pieces, maps.src_pieces, "source (keys)", "source (queries)")
+    elif role == DECODER_SELF:
+        axes = (maps.tgt_in_pieces, maps.tgt_in_pieces, "target input (keys)",
+                "target input (queries)")
+    else:
+        axes = (maps.src_pieces, maps.out_pieces, "source", "predicted target")
+    title = role if role != DECODER_SELF else "decoder causal self-attention"
+    if role in (ENCODER_SELF, DECODER_SELF, CROSS):
+        title += f", layer {layer + 1}"
+    if w.size(0) > 1:
+        title += ", heads averaged" if head is None else f", head {head + 1}"
+    matrix = w.mean(0) if head is None else w[head]  # (T_query, T_key)
+    return Heatmap(prefix + title, matrix.numpy(), *axes)
+
+
+def attention_figure(maps: AttentionMaps, output: str | Path, title: str) -> Path:
+    """Every attention module of one translation: a row per role, a column per layer."""
+    rows: dict[str, list[Heatmap]] = {}
+    for module in maps.weights:
+        rows.setdefault(maps.roles[module][0], []).append(heatmap(maps, module))
+    return plot_heatmaps(list(rows.values()), output, title, max_columns=4)

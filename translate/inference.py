@@ -1,0 +1,126 @@
+"""Inference: raw sentences in, translations out, batched by length, n-best with scores.
+
+`decoding_model` readies a model for a precision and engine once; `decode_sentences` is the one
+decoding path every command uses (`translate decode`, `evaluate`, `compare`, training's dev and
+test decodes), greedy or beam search by what is asked.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from translate.config import DecodeConfig
+from translate.data import pad
+from translate.engine import PLAIN, Engine
+from translate.search import Hypothesis, beam_search, greedy_search, output_limits
+from translate.tokenizer import Tokenizer
+from translate.utils import autocast, resolve_precision
+
+log = logging.getLogger(__name__)
+
+
+def length_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int = 0
+                   ) -> list[list[int]]:
+    """Indices sorted by length (longest first), cut so each batch has <= max_tokens tokens
+    (padded) and, when max_sentences > 0, at most that many sentences."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches, current = [], []
+    for i in order:
+        full = 0 < max_sentences <= len(current)
+        if current and (full or lengths[current[0]] * (len(current) + 1) > max_tokens):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+@dataclass
+class Translation:
+    text: str
+    score: float = 0.0  # beam score: logprob / length penalty
+    logprob: float = 0.0  # sum of token log-probabilities, EOS included
+    tokens: int = 0  # output pieces, EOS excluded
+
+
+def decoding_model(model: nn.Module, precision: str, device: torch.device, engine: Engine
+                   ) -> tuple[nn.Module, str]:
+    """The model to decode with on `device`, and the autocast precision to run it under.
+
+    `precision` is a recipe's or the command line's name (auto, fp32, bf16, fp16, int8): int8
+    quantizes a copy of every linear layer and runs it without autocast. The engine is applied
+    to the model (in place, unless int8 made a copy).
+    """
+    precision = resolve_precision(precision, device)
+    if precision == "int8":
+        from translate.fast import quantize_int8
+
+        model, precision = quantize_int8(model), "fp32"
+    return engine.prepare(model), precision
+
+
+@torch.no_grad()
+def decode_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence[str],
+                     cfg: DecodeConfig, device: torch.device | str = "cpu",
+                     precision: str = "fp32", progress: bool = False, nbest: int = 1,
+                     with_scores: bool = False, engine: Engine = PLAIN
+                     ) -> list[list[Translation]]:
+    """Translate raw sentences: for input i, its `nbest` translations, best first.
+
+    Batches by length, restores the input order, gives an empty input one empty translation and
+    truncates (with a warning) a line longer than the model's limit. Greedy search serves beam
+    1 unless scores or several hypotheses are asked for; beam search serves the rest, with the
+    engine's step (`engine.candidates`; the model is expected prepared by `engine.prepare`).
+    """
+    model.eval()
+    device = torch.device(device)
+    limit = model.cfg.max_positions - 1
+    encoded = tokenizer.encode_src(sentences)
+    for i, ids in enumerate(encoded):
+        if len(ids) > limit:
+            log.warning("line %d has %d pieces, over the model's limit of %d: translating its "
+                        "first %d pieces only", i + 1, len(ids), limit, limit)
+            encoded[i] = ids[: limit - 1] + ids[-1:]
+    todo = [i for i, s in enumerate(sentences) if s.strip()]
+    outputs = [[Translation("")] for _ in sentences]
+    use_beam = cfg.beam > 1 or nbest > 1 or with_scores
+    bar = _progress(len(todo), progress)
+    for batch in length_batches([len(encoded[i]) for i in todo], cfg.max_tokens, cfg.batch_size):
+        idx = [todo[j] for j in batch]
+        src = pad([torch.tensor(encoded[i]) for i in idx]).to(device)  # (B, S)
+        limits = output_limits(src, cfg.max_len_a, cfg.max_len_b, limit)  # (B,)
+        with autocast(device, precision):
+            if use_beam:
+                found = beam_search(model, src, max(cfg.beam, nbest), limits, cfg.lenpen, nbest,
+                                    engine.candidates)
+            else:
+                found = [[Hypothesis(ids, 0.0, 0.0)] for ids in greedy_search(model, src, limits)]
+        texts = iter(tokenizer.decode_tgt([h.tokens for hyps in found for h in hyps]))
+        for i, hyps in zip(idx, found):
+            outputs[i] = [Translation(next(texts), h.score, h.logprob, len(h.tokens))
+                          for h in hyps]
+        bar.update(len(idx))
+    bar.close()
+    return outputs
+
+
+def translate_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence[str],
+                        cfg: DecodeConfig, device: torch.device | str = "cpu",
+                        precision: str = "fp32", progress: bool = False,
+                        engine: Engine = PLAIN) -> list[str]:
+    """Translate raw sentences; output i belongs to input i, an empty input gives ''."""
+    found = decode_sentences(model, tokenizer, sentences, cfg, device, precision, progress,
+                             engine=engine)
+    return [hyps[0].text for hyps in found]
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, disable=not enabled, unit="sent", desc="decoding", leave=False)

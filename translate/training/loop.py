@@ -1,0 +1,315 @@
+"""The training loop: `Trainer.run()` takes optimizer steps until a stopping rule fires,
+validating, logging and saving checkpoints as the recipe says."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import signal
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import nn
+
+from translate.checkpoint import (check_free_space, checkpoint_bytes, save_checkpoint,
+                                  step_number, upgrade_state_dict)
+from translate.config import ConfigError, Recipe
+from translate.data import Batch, collate, load_split, token_batches
+from translate.engine import resolve_engine
+from translate.metrics import LogWindow, MetricsLog
+from translate.models import build_model, count_parameters
+from translate.tokens import PAD
+from translate.training.optim import make_optimizer, update_ema
+from translate.training.prepare import TrainingData
+from translate.training.validation import dev_loss, perplexity, validation_scores
+from translate.utils import (autocast, pick_device, resolve_precision, rng_state,
+                             seed_everything, set_rng_state, stop_signals)
+
+log = logging.getLogger(__name__)
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (say, the loss diverged); the message says why and what to change."""
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM stopped training after a checkpoint was saved."""
+
+    def __init__(self, signum: int, step: int, checkpoint: Path):
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+        name = signal.Signals(signum).name
+        super().__init__(f"{name} received: stopped at step {step} and saved {checkpoint}\n"
+                         f"resume with: translate train --resume {checkpoint.parent}")
+
+
+class Trainer:
+    """Holds the model, optimizer and counters; `run()` trains until a stopping rule fires.
+
+    The counters say where training stands, so a checkpoint of them resumes the run exactly:
+    `epoch` (1-based once started) and `position`, the index of the next batch in that epoch's
+    order, which is a function of the seed and the epoch alone.
+    """
+
+    def __init__(self, recipe: Recipe, run_dir: Path, data: TrainingData, metrics: MetricsLog,
+                 device: Optional[str] = None, progress: bool = True):
+        self.recipe, self.run_dir, self.metrics, self.progress = recipe, run_dir, metrics, progress
+        self.cfg = recipe.train
+        self.device = pick_device(device)
+        self.precision = resolve_precision(self.cfg.precision, self.device)
+        if self.precision == "int8":
+            raise ConfigError("train.precision int8 is for decoding only (translate decode/"
+                              "evaluate --precision int8); train in fp32, bf16 or fp16")
+        if self.cfg.threads:
+            torch.set_num_threads(self.cfg.threads)
+        seed_everything(self.cfg.seed)
+        self.engine = resolve_engine(self.cfg.engine, self.device)
+        self.tokenizer, self.train_pairs, self.dev = data.tokenizer, data.train, data.dev
+        model = build_model(recipe.model, self.tokenizer.src_vocab_size,
+                            self.tokenizer.tgt_vocab_size, self.tokenizer.joint)
+        self.model = self.engine.prepare(model.to(self.device))
+        self.n_params = count_parameters(self.model)
+        print(f"{recipe.model.arch}: {self.n_params / 1e6:.2f}M parameters, device {self.device}, "
+              f"precision {self.precision}, {self.engine.name} engine, "
+              f"{torch.get_num_threads()} CPU threads", flush=True)
+        self.forward = torch.compile(self.model) if self.cfg.compile else self.model
+        # Exponential moving average of the weights: validated, saved and used to translate.
+        self.ema = copy.deepcopy(self.model).eval().requires_grad_(False) \
+            if self.cfg.ema_decay > 0 else None
+        self.optimizer, self.scheduler = make_optimizer(self.model, self.cfg)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
+        check_free_space(run_dir, checkpoint_bytes(self.model, self.ema is not None))
+        self.step = self.epoch = self.position = 0
+        self.elapsed = self.train_seconds = 0.0  # wall-clock and optimizer-step seconds so far
+        self.best_bleu, self.bad_evals, self.bad_losses = -1.0, 0, 0
+        self.window = LogWindow()
+        self.kept: list[Path] = []
+        self.last_eval_seconds = 0.0
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Train until a stopping rule fires; SIGINT/SIGTERM save last.pt and raise Interrupted."""
+        from tqdm.auto import tqdm
+
+        self.monitor = {s: load_split(self.recipe.data, s) for s in self.cfg.monitor_splits}
+        self.bar = tqdm(total=self.cfg.max_steps or None, initial=self.step,
+                        disable=not self.progress, unit="step", dynamic_ncols=True)
+        self.start = time.perf_counter() - self.elapsed  # a resumed run counts the time spent
+        self.last_eval = time.perf_counter()
+        stop = False
+        with stop_signals() as received:
+            while not stop:
+                if self.position == 0:
+                    self.epoch += 1
+                batches = self.epoch_batches()
+                while self.position < len(batches) and not stop:
+                    stop = self.next_step(batches)
+                    if received:
+                        raise Interrupted(received[0], self.step, self.save("last.pt"))
+                if not stop:
+                    stop = self.end_epoch()
+        self.bar.close()
+        return self.step
+
+    def next_step(self, batches: list[list[int]]) -> bool:
+        """Train on the epoch's next batch group, then log, validate and save as due; True when
+        a stopping rule fired."""
+        cfg = self.cfg
+        group = [collate([self.train_pairs.src[i] for i in idx],
+                         [self.train_pairs.tgt[i] for i in idx])
+                 for idx in batches[self.position: self.position + cfg.accum_steps]]
+        self.position += cfg.accum_steps
+        t0 = time.perf_counter()
+        result = self.train_step(group)
+        now = time.perf_counter()
+        self.train_seconds += now - t0
+        self.elapsed = now - self.start
+        if result is None:  # a skipped batch: no step to log, validate or save
+            return False
+        self.bar.update(1)
+        self.log_train(*result, now - t0)
+        # Stop early enough that the final validation ends within the budget.
+        out_of_time = cfg.max_minutes and (
+            self.elapsed + self.last_eval_seconds >= cfg.max_minutes * 60)
+        out_of_steps = cfg.max_steps and self.step >= cfg.max_steps
+        due = (cfg.eval_every and self.step % cfg.eval_every == 0) or (
+            cfg.eval_every_minutes and now - self.last_eval >= cfg.eval_every_minutes * 60)
+        stop = bool(out_of_time or out_of_steps)
+        if due or stop:
+            stop = self.validate() or stop
+            self.last_eval = time.perf_counter()
+            self.last_eval_seconds = self.last_eval - now
+        elif cfg.save_every and self.step % cfg.save_every == 0:  # step_N.pt serves when due
+            self.save("last.pt")
+        return stop
+
+    def end_epoch(self) -> bool:
+        """Start the next epoch's order; validate and return True when max_epochs are done."""
+        self.position = 0
+        if self.cfg.max_epochs and self.epoch >= self.cfg.max_epochs:
+            self.elapsed = time.perf_counter() - self.start
+            self.validate()
+            return True
+        return False
+
+    def epoch_batches(self) -> list[list[int]]:
+        """This epoch's batches (lists of pair indices), in the order the seed and epoch fix."""
+        return token_batches([len(s) for s in self.train_pairs.src],
+                             [len(t) for t in self.train_pairs.tgt], self.cfg.max_tokens,
+                             shuffle=True, seed=self.cfg.seed * 1000 + self.epoch)
+
+    def log_train(self, loss: float, tokens: int, seconds: float) -> None:
+        """Add a step to the window; every `log_every` steps write its averages."""
+        w = self.window
+        w.losses.append(loss)
+        w.tokens, w.seconds = w.tokens + tokens, w.seconds + seconds
+        if self.step % self.cfg.log_every:
+            return
+        lr = self.scheduler.get_last_lr()[0]
+        record = {"kind": "train", "step": self.step, "epoch": self.epoch,
+                  "loss": sum(w.losses) / len(w.losses), "lr": lr,
+                  "tok_per_s": w.tokens / max(w.seconds, 1e-9), "elapsed": self.elapsed,
+                  "train_seconds": self.train_seconds}
+        self.metrics.write(record)
+        self.bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.2e}",
+                             tok_s=f"{record['tok_per_s']:.0f}", ep=self.epoch)
+        self.window = LogWindow()
+
+    # -- one optimizer step ------------------------------------------------------------------
+
+    def train_step(self, batches: list[Batch]) -> Optional[tuple[float, int]]:
+        """Forward/backward over `accum_steps` batches, then one optimizer step.
+
+        Returns (loss per token, tokens), or None when a batch's loss was NaN or infinite: then
+        the whole group is skipped and the optimizer does not step.
+        """
+        self.model.train()
+        total_tokens = sum(b.num_tgt_tokens for b in batches)
+        nll_sum = 0.0
+        for batch in batches:
+            batch = batch.to(self.device)
+            with autocast(self.device, self.precision):
+                logits = self.forward(batch.src, batch.tgt_in)  # (B, T, V)
+            loss, nll = self.engine.loss(logits, batch.tgt_out, self.cfg.label_smoothing, PAD)
+            self.scaler.scale(loss / total_tokens).backward()
+            # one host sync per batch, as before; a NaN/inf loss's gradients are thrown away
+            values = torch.stack([loss.detach().float(), nll.detach().float()])
+            loss_value, nll_value = values.tolist()
+            if not math.isfinite(loss_value):
+                self.optimizer.zero_grad(set_to_none=True)
+                self.skip_bad_loss(loss_value, batch)
+                return None
+            nll_sum += nll_value
+        if self.cfg.clip_norm > 0:
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+        # fp16: the scaler skips the step when a gradient overflowed, and lowers its scale
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.step += 1
+        if self.ema is not None:
+            update_ema(self.ema, self.model, self.cfg.ema_decay, self.step)
+        return nll_sum / total_tokens, total_tokens
+
+    def skip_bad_loss(self, loss: float, batch: Batch) -> None:
+        """Count a NaN/inf loss; warn, or stop once more than `max_bad_losses` were skipped."""
+        self.bad_losses += 1
+        where = (f"after step {self.step}: {loss} loss on a batch of {batch.src.shape[0]} "
+                 f"sentences (epoch {self.epoch})")
+        if self.bad_losses > self.cfg.max_bad_losses:
+            raise TrainingError(f"{where}: {self.bad_losses} batches had a NaN/inf loss, over "
+                                f"train.max_bad_losses ({self.cfg.max_bad_losses}); stopping. "
+                                f"Lower train.lr or raise train.warmup, then --resume or restart")
+        log.warning("%s: skipped (%d of at most %d)", where, self.bad_losses,
+                    self.cfg.max_bad_losses)
+
+    @property
+    def eval_model(self) -> nn.Module:
+        """The weights to validate, save and translate with: the EMA when there is one."""
+        return self.ema if self.ema is not None else self.model
+
+    # -- validation --------------------------------------------------------------------------
+
+    def validate(self) -> bool:
+        """Score the dev set, log it, save checkpoints; return True when patience runs out."""
+        model = self.eval_model
+        loss = dev_loss(model, self.dev.pairs, self.cfg.max_tokens, self.device, self.precision,
+                        self.engine)
+        splits = {"dev": (self.dev.src, self.dev.tgt), **self.monitor}
+        bleus = validation_scores(model, self.tokenizer, self.recipe, splits, self.device,
+                                  self.precision, self.engine)
+        bleu = bleus["dev_bleu"]
+        improved = bleu > self.best_bleu
+        record = {"kind": "valid", "step": self.step, "epoch": self.epoch, "dev_loss": loss,
+                  "dev_ppl": perplexity(loss), "best": improved, "elapsed": self.elapsed,
+                  "train_seconds": self.train_seconds, **bleus}
+        self.metrics.write(record)
+        tqdm_write(f"step {self.step}: dev loss {loss:.3f}, dev BLEU {bleu:.2f}"
+                   f"{' (best)' if improved else ''}, {self.elapsed / 60:.1f} min")
+        # Counters first, so the checkpoints hold them; best.pt before step_N.pt, so a crash
+        # between the two resumes from an older step and validates (and saves best.pt) again.
+        self.bad_evals = 0 if improved else self.bad_evals + 1
+        self.best_bleu = max(bleu, self.best_bleu)
+        if improved:
+            self.save("best.pt")
+        self.save(f"step_{self.step}.pt")
+        return 0 < self.cfg.patience <= self.bad_evals
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def save(self, name: str) -> Path:
+        path = self.run_dir / name
+        save_checkpoint(path, self.eval_model, self.recipe, self.tokenizer, self.step, {
+            # the optimizer's own weights, to resume from; "model" holds the EMA when enabled
+            **({"train_model": self.model.state_dict()} if self.ema is not None else {}),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": rng_state(),
+            "best_dev_bleu": max(self.best_bleu, 0.0),
+            "trainer": {"epoch": self.epoch, "position": self.position, "elapsed": self.elapsed,
+                        "train_seconds": self.train_seconds, "best_bleu": self.best_bleu,
+                        "bad_evals": self.bad_evals, "bad_losses": self.bad_losses,
+                        "window": asdict(self.window)},
+        })
+        if name.startswith("step_"):
+            self.kept.append(path)
+            while len(self.kept) > self.cfg.keep_last:
+                self.kept.pop(0).unlink(missing_ok=True)
+        return path
+
+    def restore(self, data: dict) -> None:
+        """Continue from a checkpoint `save()` wrote: weights, optimizer, counters, RNG, log."""
+        if self.ema is not None:
+            self.ema.load_state_dict(upgrade_state_dict(data["model"]))
+        self.model.load_state_dict(upgrade_state_dict(data.get("train_model", data["model"])))
+        self.optimizer.load_state_dict(data["optimizer"])
+        self.scheduler.load_state_dict(data["scheduler"])
+        if data["scaler"]:
+            self.scaler.load_state_dict(data["scaler"])
+        state = data["trainer"]
+        self.step = int(data["step"])
+        self.epoch, self.position = state["epoch"], state["position"]
+        self.elapsed, self.train_seconds = state["elapsed"], state["train_seconds"]
+        self.best_bleu, self.bad_evals = state["best_bleu"], state["bad_evals"]
+        self.bad_losses, self.window = state["bad_losses"], LogWindow(**state["window"])
+        self.kept = sorted((p for p in self.run_dir.glob("step_*.pt")
+                            if 0 <= step_number(p) <= self.step), key=step_number)
+        self.metrics.truncate(self.step)
+        set_rng_state(data["rng"])
+
+
+def tqdm_write(message: str) -> None:
+    """Print above the progress bar, at once even when stdout is a file."""
+    import sys
+
+    from tqdm.auto import tqdm
+
+    tqdm.write(message)
+    sys.stdout.flush()

@@ -1,0 +1,101 @@
+"""`train`: a recipe in, a run folder out (recipe, tokenizer, checkpoints, metrics log, logs and
+the test splits' translations)."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional
+
+from translate.checkpoint import CheckpointError, Loaded, check_writable, load_checkpoint
+from translate.config import Recipe, save_recipe
+from translate.data import load_split
+from translate.evaluation import evaluate_split
+from translate.metrics import MetricsLog
+from translate.training.checkpoints import resume_point
+from translate.training.loop import Trainer
+from translate.training.prepare import prepare_data
+from translate.utils import first_line
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    best_checkpoint: Path
+    best_step: int
+    steps: int
+    best_dev_bleu: float
+    test_scores: dict = field(default_factory=dict)  # split -> scoring.Scores
+
+
+def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
+          progress: bool = True, resume: bool = False) -> TrainResult:
+    """Train a model as the recipe says, then score the best checkpoint on the test splits.
+
+    With `resume`, continue the run in `run_dir` from its newest readable checkpoint instead;
+    `recipe` is then the run's own (see `config.load_run_recipe`).
+    """
+    check_writable(run_dir)
+    checkpoint, tokenizer = None, None
+    if resume:
+        path, checkpoint, tokenizer = resume_point(run_dir, recipe)
+    save_recipe(recipe, run_dir / "recipe.yaml")
+    with _log_file(run_dir / "train.log"):
+        data = prepare_data(recipe, run_dir, tokenizer)
+        metrics = MetricsLog(run_dir / "metrics.jsonl")
+        try:
+            trainer = Trainer(recipe, run_dir, data, metrics, device, progress)
+            if checkpoint is not None:
+                _restore(trainer, path, checkpoint)
+            steps = trainer.run()
+            best = load_checkpoint(run_dir / "best.pt", trainer.device)
+            scores = test_scores(best, trainer, progress)
+        finally:
+            metrics.close()
+    return TrainResult(run_dir, run_dir / "best.pt", best.step, steps, trainer.best_bleu, scores)
+
+
+def _restore(trainer: Trainer, path: Path, checkpoint: dict) -> None:
+    try:
+        trainer.restore(checkpoint)
+    except (RuntimeError, KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: cannot resume from it ({type(e).__name__}: "
+                              f"{first_line(e)})") from None
+    print(f"resuming from {path}: step {trainer.step}, epoch {trainer.epoch}, "
+          f"batch {trainer.position}", flush=True)
+
+
+def test_scores(best: Loaded, trainer: Trainer, progress: bool) -> dict:
+    """Translate each test split with the best checkpoint, write `<split>.hyp.<lang>` into the
+    run folder, log the scores and return them."""
+    recipe, run_dir = trainer.recipe, trainer.run_dir
+    model = trainer.engine.prepare(best.model)
+    results = {}
+    for split in recipe.data.test_splits:
+        src, ref = load_split(recipe.data, split)
+        result = evaluate_split(model, best.tokenizer, src, ref, recipe.decode,
+                                recipe.data.tgt_lang, trainer.device, trainer.precision,
+                                trainer.engine, progress)
+        (run_dir / f"{split}.hyp.{recipe.data.tgt_lang}").write_text(
+            "".join(h + "\n" for h in result.hypotheses), encoding="utf-8")
+        scores = results[split] = result.scores
+        trainer.metrics.write({"kind": "test", "step": best.step, "split": split,
+                               "bleu": scores.bleu, "chrf": scores.chrf,
+                               "legacy_bleu": scores.legacy_bleu,
+                               "bleu_signature": scores.bleu_signature})
+    return results
+
+
+@contextmanager
+def _log_file(path: Path) -> Iterator[None]:
+    """Copy the package's log records into `path` while the block runs."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("translate").addHandler(handler)
+    try:
+        yield
+    finally:
+        logging.getLogger("translate").removeHandler(handler)
+        handler.close()

@@ -1,0 +1,48 @@
+"""Validation: the dev loss, and the BLEU of the dev split (and any monitored split) translated
+the way `translate decode` would."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from translate.config import Recipe
+from translate.data import EncodedPairs, collate, token_batches
+from translate.engine import Engine
+from translate.evaluation import evaluate_split
+from translate.tokenizer import Tokenizer
+from translate.tokens import PAD
+from translate.utils import autocast
+
+
+@torch.no_grad()
+def dev_loss(model: nn.Module, pairs: EncodedPairs, max_tokens: int, device: torch.device,
+             precision: str, engine: Engine) -> float:
+    """Mean negative log-likelihood per target token (no label smoothing)."""
+    model.eval()
+    nll, tokens = 0.0, 0
+    for idx in token_batches([len(s) for s in pairs.src], [len(t) for t in pairs.tgt],
+                             max_tokens, shuffle=False):
+        batch = collate([pairs.src[i] for i in idx], [pairs.tgt[i] for i in idx]).to(device)
+        with autocast(device, precision):
+            logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+        nll += float(engine.loss(logits, batch.tgt_out, 0.0, PAD)[1])
+        tokens += batch.num_tgt_tokens
+    return nll / max(tokens, 1)
+
+
+def validation_scores(model: nn.Module, tokenizer: Tokenizer, recipe: Recipe,
+                      splits: dict[str, tuple[list[str], list[str]]], device: torch.device,
+                      precision: str, engine: Engine) -> dict[str, float]:
+    """{"<split>_bleu": BLEU} for each split of (sources, references), decoded as the recipe
+    says."""
+    return {f"{name}_bleu": evaluate_split(model, tokenizer, src, ref, recipe.decode,
+                                           recipe.data.tgt_lang, device, precision,
+                                           engine).scores.bleu
+            for name, (src, ref) in splits.items()}
+
+
+def perplexity(loss: float) -> float:
+    return math.exp(min(loss, 50))
