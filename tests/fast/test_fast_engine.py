@@ -12,7 +12,7 @@ from translate.checkpoint import load_checkpoint
 from translate.engine import FAST, PLAIN, resolve_engine
 from translate.fast import accelerate
 from translate.fast.attention import explicit_attention, explicit_is_faster, sdpa
-from translate.fast.linear import PackedLinear
+from translate.fast.linear import PackedLinear, PackedWeights, linear
 from translate.fast.search import topk_rows
 from translate.inference import decode_sentences
 from translate.models import RNNConfig, TransformerConfig, build_model
@@ -158,6 +158,28 @@ def test_packed_linear_follows_weight_changes_and_copies():
     out = layer(x)  # autograd on: F.linear, gradients flow
     out.sum().backward()
     assert layer.weight.grad is not None and out.requires_grad
+
+
+def test_layers_side_by_side_equal_each_layer_alone_in_every_mode():
+    """Q, K, V in one matmul: fp32 (oneDNN), bf16 autocast (weights joined once, in bf16) and
+    training (joined every call, so gradients reach each layer) equal the layers one by one."""
+    layers = [PackedLinear(16, 8), PackedLinear(16, 8), PackedLinear(16, 4)]
+    packed, x = PackedWeights(), torch.randn(3, 5, 16)
+
+    def alone():
+        return torch.cat([F.linear(x, layer.weight, layer.bias) for layer in layers], dim=-1)
+
+    with torch.no_grad():
+        torch.testing.assert_close(linear(x, layers, packed), alone())
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                assert torch.equal(linear(x, layers, packed), alone())  # bit for bit
+                assert packed.weight.dtype == torch.bfloat16
+            layers[1].weight.mul_(-2.0)  # in place, as optimizers, EMA and loading write
+    out = linear(x, layers, packed)
+    torch.testing.assert_close(out, alone())
+    out.sum().backward()
+    assert all(layer.weight.grad is not None for layer in layers)
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])

@@ -31,21 +31,23 @@ def onednn_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 class PackedWeights:
-    """A oneDNN-packed copy of some layers' weights side by side, and their biases joined; made
-    on first use and again whenever a weight or bias changes (an optimizer step, loading,
-    averaging: the tensor's version moves)."""
+    """Some layers' weights side by side and their biases joined, for inference: packed for
+    oneDNN, or plain in the dtype the matmul runs in (autocast's, say). Made on first use and
+    again whenever a weight or bias changes (an optimizer step, loading, averaging: the tensor's
+    version moves) or another form is asked for."""
 
     def __init__(self):
         self.key, self.weight, self.bias = None, None, None
 
-    def get(self, layers: Sequence[nn.Linear]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def get(self, layers: Sequence[nn.Linear], pack: bool = True,
+            dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         tensors = [t for layer in layers for t in (layer.weight, layer.bias) if t is not None]
-        key = tuple((t.data_ptr(), t._version) for t in tensors)
+        key = (tuple((t.data_ptr(), t._version) for t in tensors), pack, dtype)
         if key != self.key:
-            weight = torch.cat([layer.weight.detach() for layer in layers]).contiguous()
-            self.weight = torch.ops.mkldnn._reorder_linear_weight(weight)
+            weight = torch.cat([layer.weight.detach() for layer in layers]).to(dtype).contiguous()
+            self.weight = torch.ops.mkldnn._reorder_linear_weight(weight) if pack else weight
             self.bias = (None if layers[0].bias is None else
-                         torch.cat([layer.bias.detach() for layer in layers]))
+                         torch.cat([layer.bias.detach() for layer in layers]).to(dtype))
             self.key = key
         return self.weight, self.bias
 
@@ -54,16 +56,19 @@ def linear(x: torch.Tensor, layers: Sequence[nn.Linear], packed: PackedWeights,
            activation: Optional[str] = None) -> torch.Tensor:
     """activation(x [W_1; W_2; ...]^T + [b_1; b_2; ...]): the layers' outputs side by side,
     (..., in) -> (..., sum of out), in one matmul; oneDNN with `packed` where it applies."""
-    weight = layers[0].weight
+    weight, bias = layers[0].weight, layers[0].bias
     if onednn_applies(x, weight):
         attr, algorithm = POST_OPS[activation]
         packed_weight, bias = packed.get(layers)
         return torch.ops.mkldnn._linear_pointwise(x, packed_weight, bias, attr, [], algorithm)
-    if len(layers) > 1:
+    if len(layers) > 1 and torch.is_grad_enabled():  # training: gradients reach every layer
         weight = torch.cat([layer.weight for layer in layers])
-        bias = None if layers[0].bias is None else torch.cat([layer.bias for layer in layers])
-    else:
-        bias = layers[0].bias
+        bias = None if bias is None else torch.cat([layer.bias for layer in layers])
+    elif len(layers) > 1:  # inference: joined once, in the dtype autocast would cast them to
+        device = x.device.type
+        dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
+                 else weight.dtype)
+        weight, bias = packed.get(layers, pack=False, dtype=dtype)
     y = F.linear(x, weight, bias)
     return ACTIVATIONS[activation](y) if activation else y
 
