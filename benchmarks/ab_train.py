@@ -7,10 +7,12 @@ Each revision's `translate/` package is exported (`git archive`, as `ab_decode.p
 builds its own `Trainer` from its own copy of the Transformer recipe, so each step is exactly what
 `translate train` runs at that revision: forward, loss, backward, clipping, AdamW, the schedule and
 the weight average. B starts from A's initial weights (through B's checkpoint upgrade) and both
-train on the same batches of A's epoch 1. In every round each takes `--steps` steps, the order
-alternating round by round, so the VM's noise hits both alike. Printed per precision: target
-tokens/s of each, B's speed over A's in every round and their median, and the largest difference
-between their losses.
+train on the same `--steps` batches of A's epoch 1: once untimed (so that oneDNN's kernels for
+each batch's shapes exist before the first timed step, whoever takes it), then once a round,
+taking turns batch by batch (who goes first alternates), so the VM's noise, which drifts over
+seconds, hits both alike. Printed per precision: target tokens/s of each, B's speed over A's in every round and
+their median, and the largest difference between their losses (their dropout draws differ, so
+the losses drift apart a little).
 """
 
 from __future__ import annotations
@@ -57,21 +59,20 @@ def same_weights(a, b, b_name: str) -> None:
         b.ema.load_state_dict(upgrade(a.ema.state_dict()))
 
 
-def ab_rounds(trainers: dict, batches: list, steps: int, rounds: int) -> dict:
-    """Each trainer takes `steps` steps a round on the round's batches, in alternating order."""
-    seconds = {label: [] for label in trainers}
+def ab_rounds(trainers: dict, batches: list, rounds: int) -> dict:
+    """Each trainer takes a step on every batch, every round, taking turns batch by batch (who
+    goes first alternates)."""
+    seconds = {label: [0.0] * rounds for label in trainers}
     losses = {label: [] for label in trainers}
-    tokens = []
+    tokens = sum(b.num_tgt_tokens for b in batches)
     for r in range(rounds):
-        chunk = batches[r * steps: (r + 1) * steps]
-        tokens.append(sum(b.num_tgt_tokens for b in chunk))
-        for label in ("A", "B") if r % 2 == 0 else ("B", "A"):
-            start = time.perf_counter()
-            for batch in chunk:
+        for i, batch in enumerate(batches):
+            for label in ("A", "B") if (r + i) % 2 == 0 else ("B", "A"):
+                start = time.perf_counter()
                 losses[label].append(trainers[label].train_step([batch])[0])
-            seconds[label].append(time.perf_counter() - start)
+                seconds[label][r] += time.perf_counter() - start
     ratios = [a / b for a, b in zip(seconds["A"], seconds["B"])]
-    return {"tok_per_s": {label: statistics.median(t / s for t, s in zip(tokens, secs))
+    return {"tok_per_s": {label: tokens / statistics.median(secs)
                           for label, secs in seconds.items()},
             "b_over_a_per_round": ratios, "b_over_a": statistics.median(ratios),
             "max_loss_difference": max(abs(a - b) for a, b in zip(losses["A"], losses["B"])),
@@ -86,8 +87,8 @@ def main() -> None:
     ap.add_argument("--data", default="../shared/data/multi30k")
     ap.add_argument("--precisions", default="fp32,auto", help="comma-separated: fp32, bf16, auto")
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--steps", type=int, default=6, help="steps per revision per round")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps each first")
+    ap.add_argument("--steps", type=int, default=6,
+                    help="batches, each trained on by both revisions every round")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -111,13 +112,13 @@ def main() -> None:
         same_weights(trainers["A"], trainers["B"], names["B"])
         torch.set_num_threads(args.threads)  # a recipe's train.threads may have changed it
         a = trainers["A"]
-        order = a.epoch_batches()[: args.warmup + args.rounds * args.steps]
+        order = a.epoch_batches()[: args.steps]
         batches = [data.collate([a.train_pairs.src[i] for i in idx],
                                 [a.train_pairs.tgt[i] for i in idx]) for idx in order]
-        for label in ("A", "B"):
-            for batch in batches[: args.warmup]:
+        for label in ("A", "B"):  # warm-up: every batch's shapes seen once (oneDNN's kernels)
+            for batch in batches:
                 trainers[label].train_step([batch])
-        row = ab_rounds(trainers, batches[args.warmup:], args.steps, args.rounds)
+        row = ab_rounds(trainers, batches, args.rounds)
         row["precision"] = a.precision
         report["results"][precision] = row
         print(f"{precision} ({a.precision}): {speeds(row, 'tok_per_s', 'target tok/s', 0)}; "

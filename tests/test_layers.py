@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-LINT = Path(sys.executable).with_name("lint-imports")
+LINT = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; "
+        "sys.exit(lint_imports_command())"]  # `lint-imports`, with this interpreter
 
 
 def lint(root: Path) -> subprocess.CompletedProcess:
     """`lint-imports` on the `translate` package and setup.cfg found in `root`."""
     env = {**os.environ, "PYTHONPATH": str(root)}
-    return subprocess.run([str(LINT), "--no-cache", "--config", str(root / "setup.cfg")],
+    return subprocess.run([*LINT, "--no-cache", "--config", str(root / "setup.cfg")],
                           cwd=root, env=env, capture_output=True, text=True, timeout=120)
 
 

@@ -181,7 +181,9 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
         kv = kv.view(*kv.shape[:2], 2, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if cache is None:  # kv: (2, Bc, H, S, Dh)
             return q, kv[0], kv[1]
-        if cross:  # contiguous, so that no step copies them again
+        if cross and torch.is_grad_enabled():  # teacher forcing: read once, no copy
+            return q, kv[0], kv[1]
+        if cross:  # decoding: contiguous, so that no step copies them again
             cache.k, cache.v = kv[0].contiguous(), kv[1].contiguous()
             return q, cache.k, cache.v
         kv = cache.extend(kv)  # (2, B, H, S_past + T, Dh)
