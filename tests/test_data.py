@@ -1,10 +1,11 @@
 import json
 
 import pytest
+import torch
 
 from translate.config import DataConfig, TokenizerConfig
-from translate.data import (DataError, clean_text_pairs, collate, encode_pairs, load_split,
-                            token_batches)
+from translate.data import (CleanStats, DataError, EncodedPairs, TokenArray, clean_text_pairs,
+                            collate, encode_pairs, filter_lengths, load_split, token_batches)
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD
 from conftest import read_jsonl
@@ -125,3 +126,54 @@ def test_encoding_is_cached_and_batches_respect_the_budget(small_data, tmp_path)
     assert b.num_tgt_tokens == int((b.tgt_out != PAD).sum())
     torch_in = b.tgt_in[:, 1:]
     assert ((torch_in == b.tgt_out[:, :-1]) | (b.tgt_out[:, :-1] == EOS)).all()
+
+
+def test_token_array_holds_sentences_flat_and_selects_them():
+    seqs = [[5, 6, 3], [3], [7, 8, 9, 10, 3], [11, 3]]
+    array = TokenArray.from_lists(seqs)
+    assert array.values.dtype == torch.int32 and array.values.numel() == 11 and array.is_whole()
+    assert array.lengths.tolist() == [3, 1, 5, 2] and len(array) == 4
+    assert [s.tolist() for s in array] == seqs
+    picked = array.select(torch.tensor([3, 0, 2]))
+    assert [s.tolist() for s in picked] == [seqs[3], seqs[0], seqs[2]] and picked.is_whole()
+    assert len(array.select(torch.tensor([], dtype=torch.int64))) == 0
+    assert not TokenArray(array.values, array.lengths).is_whole()  # lengths are not offsets
+
+
+def test_length_filter_counts_and_keeps_as_the_rules_say():
+    src = [[1] * 3, [1] * 120, [1] * 4, [1] * 30, [1] * 2, [1] * 9]
+    tgt = [[1] * 3, [1] * 4, [1] * 101, [1] * 9, [1] * 7, [1] * 30]
+    stats = CleanStats(total=6)
+    kept = filter_lengths(EncodedPairs(TokenArray.from_lists(src), TokenArray.from_lists(tgt)),
+                          100, 3.0, stats)
+    # too long: pairs 1 and 2; ratio over 3 with more than 8 pieces: pair 3 (30 vs 9) and pair 5
+    # (9 vs 30); pair 4 (2 vs 7) is short enough to keep
+    assert (stats.too_long, stats.bad_ratio, stats.kept) == (2, 2, 2)
+    assert kept.src.lengths.tolist() == [3, 2] and kept.tgt.lengths.tolist() == [3, 7]
+
+
+def test_a_cache_entry_that_does_not_hold_together_is_rebuilt(small_data, tmp_path):
+    rows = read_jsonl(small_data / "train.jsonl", 50)
+    en, de = [r["en"] for r in rows], [r["de"] for r in rows]
+    tok = Tokenizer.train(en, de, TokenizerConfig(vocab_size=200))
+    first = encode_pairs(tok, en, de, str(tmp_path))
+    (entry,) = (tmp_path / "encoded").iterdir()
+    saved = torch.load(entry, weights_only=True)
+    saved["src"] = (saved["src"][0], saved["src"][1].flip(0))  # offsets that fall
+    torch.save(saved, entry)
+    again = encode_pairs(tok, en, de, str(tmp_path))
+    assert [s.tolist() for s in again.src] == [s.tolist() for s in first.src]
+
+
+def test_encoding_in_chunks_equals_encoding_at_once():
+    texts = [f"{'a ' * (i % 7)}b" for i in range(23)]
+
+    def encode(batch):
+        return [[len(w) + 3 for w in t.split()] + [EOS] for t in batch]
+
+    whole = TokenArray.from_lists(encode(texts))
+    for chunk in (1, 5, 23, 100):
+        chunked = TokenArray.encode(encode, texts, chunk)
+        assert torch.equal(chunked.values, whole.values) and torch.equal(chunked.offsets,
+                                                                         whole.offsets)
+    assert len(TokenArray.encode(encode, [], 5)) == 0

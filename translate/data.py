@@ -9,12 +9,13 @@ text (``train.en`` + ``train.de``). Columns are flat (``en``, ``de``) or nested
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterator, Sequence
 
 import torch
 
@@ -184,12 +185,74 @@ def clean_text_pairs(src: Sequence[str], tgt: Sequence[str]) -> tuple[list[int],
     return keep, stats
 
 
+CACHE_FORMAT = b"token-array-1"  # in the cache key: entries in another layout are never read
+
+
+class TokenArray:
+    """Sentences of token ids stored flat: one int32 array of every id and the offsets where each
+    sentence starts, so a corpus of millions of sentences is two tensors, not millions of them.
+
+    `array[i]` is sentence i (a view); `lengths` holds every sentence's length.
+    """
+
+    def __init__(self, values: torch.Tensor, offsets: torch.Tensor):
+        self.values = values  # (total ids,) int32
+        self.offsets = offsets  # (n + 1,) int64: sentence i is values[offsets[i]:offsets[i + 1]]
+
+    @classmethod
+    def from_lists(cls, seqs: Sequence[Sequence[int]]) -> "TokenArray":
+        lengths = torch.tensor([len(s) for s in seqs], dtype=torch.int64)
+        values = torch.tensor(list(itertools.chain.from_iterable(seqs)), dtype=torch.int32)
+        return cls(values, torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]))
+
+    @classmethod
+    def encode(cls, encode: Callable[[Sequence[str]], list[list[int]]], texts: Sequence[str],
+               chunk: int = 50_000) -> "TokenArray":
+        """`encode(texts)` stored flat, `chunk` sentences at a time: the lists SentencePiece
+        returns never hold more than one chunk."""
+        parts = [cls.from_lists(encode(texts[i: i + chunk])) for i in range(0, len(texts), chunk)]
+        if not parts:
+            return cls.from_lists([])
+        lengths = torch.cat([part.lengths for part in parts])
+        return cls(torch.cat([part.values for part in parts]),
+                   torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]))
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.offsets[1:] - self.offsets[:-1]  # (n,)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.values[self.offsets[i]: self.offsets[i + 1]]
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return (self[i] for i in range(len(self)))
+
+    def is_whole(self) -> bool:
+        """Offsets that start at 0, never fall and end at the last id: what a reader can trust."""
+        o = self.offsets
+        return (self.values.dtype == torch.int32 and o.dtype == torch.int64 and o.dim() == 1
+                and len(o) > 0 and int(o[0]) == 0 and int(o[-1]) == len(self.values)
+                and bool((o[1:] >= o[:-1]).all()))
+
+    def select(self, keep: torch.Tensor) -> "TokenArray":
+        """The sentences at indices `keep` (in that order), as a new flat array."""
+        lengths = self.lengths[keep]
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+        # each kept id's position in `values`: its sentence's start plus its place in the sentence
+        within = torch.arange(int(offsets[-1])) - torch.repeat_interleave(offsets[:-1], lengths)
+        starts = torch.repeat_interleave(self.offsets[:-1][keep], lengths)
+        return TokenArray(self.values[starts + within], offsets)
+
+
 @dataclass
 class EncodedPairs:
     """Token ids of a parallel corpus, both sides ending in EOS."""
 
-    src: list[torch.Tensor]
-    tgt: list[torch.Tensor]
+    src: TokenArray
+    tgt: TokenArray
 
     def __len__(self) -> int:
         return len(self.src)
@@ -198,7 +261,7 @@ class EncodedPairs:
 def encode_pairs(tokenizer: Tokenizer, src: Sequence[str], tgt: Sequence[str],
                  cache_dir: str | None = None) -> EncodedPairs:
     """Encode with SentencePiece, reusing an earlier run's result when text and model match."""
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(CACHE_FORMAT)
     for part in (tokenizer.src_model, tokenizer.tgt_model, "\n".join(src).encode(),
                  b"\x00", "\n".join(tgt).encode()):
         digest.update(part if isinstance(part, bytes) else part.encode())
@@ -207,43 +270,36 @@ def encode_pairs(tokenizer: Tokenizer, src: Sequence[str], tgt: Sequence[str],
     if file.is_file():
         try:
             cached = torch.load(file, weights_only=True)
-            return EncodedPairs(_split_flat(*cached["src"]), _split_flat(*cached["tgt"]))
+            pairs = EncodedPairs(TokenArray(*cached["src"]), TokenArray(*cached["tgt"]))
+            if pairs.src.is_whole() and pairs.tgt.is_whole() and len(pairs.src) == len(src):
+                return pairs
+            raise ValueError("inconsistent arrays")
         except Exception:  # a damaged cache entry is rebuilt, never trusted
             log.warning("ignoring unreadable cache file %s", file)
-    encoded = EncodedPairs([torch.tensor(x, dtype=torch.int32) for x in tokenizer.encode_src(src)],
-                           [torch.tensor(x, dtype=torch.int32) for x in tokenizer.encode_tgt(tgt)])
+    encoded = EncodedPairs(TokenArray.encode(tokenizer.encode_src, src),
+                           TokenArray.encode(tokenizer.encode_tgt, tgt))
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
         tmp = file.with_suffix(f".tmp{os.getpid()}")
-        torch.save({"src": _flat(encoded.src), "tgt": _flat(encoded.tgt)}, tmp)
+        torch.save({side: (array.values, array.offsets)
+                    for side, array in (("src", encoded.src), ("tgt", encoded.tgt))}, tmp)
         os.replace(tmp, file)
     except OSError as e:
         log.warning("could not write the encoded-data cache (%s); continuing without it", e)
     return encoded
 
 
-def _flat(seqs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.int64)
-    return (torch.cat(seqs) if seqs else torch.zeros(0, dtype=torch.int32)), lengths
-
-
-def _split_flat(values: torch.Tensor, lengths: torch.Tensor) -> list[torch.Tensor]:
-    return list(torch.split(values, lengths.tolist()))
-
-
 def filter_lengths(pairs: EncodedPairs, max_len: int, max_ratio: float,
                    stats: CleanStats) -> EncodedPairs:
     """Drop training pairs longer than `max_len` pieces or with a length ratio over `max_ratio`."""
-    src, tgt = [], []
-    for s, t in zip(pairs.src, pairs.tgt):
-        if len(s) > max_len or len(t) > max_len:
-            stats.too_long += 1
-        elif max(len(s), len(t)) > max_ratio * min(len(s), len(t)) and max(len(s), len(t)) > 8:
-            stats.bad_ratio += 1
-        else:
-            src.append(s)
-            tgt.append(t)
-    return EncodedPairs(src, tgt)
+    s, t = pairs.src.lengths, pairs.tgt.lengths  # (n,) each
+    too_long = (s > max_len) | (t > max_len)
+    longer, shorter = torch.maximum(s, t), torch.minimum(s, t)
+    bad_ratio = ~too_long & (longer > max_ratio * shorter) & (longer > 8)
+    stats.too_long += int(too_long.sum())
+    stats.bad_ratio += int(bad_ratio.sum())
+    keep = torch.nonzero(~(too_long | bad_ratio)).flatten()
+    return EncodedPairs(pairs.src.select(keep), pairs.tgt.select(keep))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,7 +361,6 @@ def token_batches(src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_to
 
 def iterate_batches(pairs: EncodedPairs, max_tokens: int, shuffle: bool,
                     seed: int = 0) -> Iterator[Batch]:
-    lengths_src = [len(s) for s in pairs.src]
-    lengths_tgt = [len(t) for t in pairs.tgt]
+    lengths_src, lengths_tgt = pairs.src.lengths.tolist(), pairs.tgt.lengths.tolist()
     for idx in token_batches(lengths_src, lengths_tgt, max_tokens, shuffle, seed):
         yield collate([pairs.src[i] for i in idx], [pairs.tgt[i] for i in idx])

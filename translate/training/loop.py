@@ -158,8 +158,8 @@ class Trainer:
 
     def epoch_batches(self) -> list[list[int]]:
         """This epoch's batches (lists of pair indices), in the order the seed and epoch fix."""
-        return token_batches([len(s) for s in self.train_pairs.src],
-                             [len(t) for t in self.train_pairs.tgt], self.cfg.max_tokens,
+        return token_batches(self.train_pairs.src.lengths.tolist(),
+                             self.train_pairs.tgt.lengths.tolist(), self.cfg.max_tokens,
                              shuffle=True, seed=self.cfg.seed * 1000 + self.epoch)
 
     def log_train(self, loss: float, tokens: int, seconds: float) -> None:
