@@ -20,6 +20,16 @@ def pytest_configure(config):
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` skip, saying why, where no CUDA device is visible."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (marked gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Each test session gets its own encoded-data cache; no test reads the hub."""

@@ -314,8 +314,11 @@ class Batch:
     num_tgt_tokens: int  # non-pad tokens in tgt_out
 
     def to(self, device: torch.device) -> "Batch":
-        return Batch(self.src.to(device, non_blocking=True), self.tgt_in.to(device, non_blocking=True),
-                     self.tgt_out.to(device, non_blocking=True), self.num_tgt_tokens)
+        """The batch on `device`; to a GPU from pinned memory, so the copies run asynchronously."""
+        tensors = (self.src, self.tgt_in, self.tgt_out)
+        if device.type == "cuda" and self.src.device.type == "cpu":
+            tensors = tuple(t.pin_memory() for t in tensors)
+        return Batch(*(t.to(device, non_blocking=True) for t in tensors), self.num_tgt_tokens)
 
 
 def pad(seqs: Sequence[torch.Tensor], value: int = PAD) -> torch.Tensor:
