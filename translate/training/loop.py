@@ -23,6 +23,7 @@ from translate.engine import resolve_engine
 from translate.metrics import LogWindow, MetricsLog
 from translate.models import build_model, count_parameters
 from translate.tokens import PAD
+from translate.training.distributed import World, all_sum, sum_gradients
 from translate.training.optim import make_optimizer, update_ema
 from translate.training.prepare import TrainingData
 from translate.training.validation import dev_loss, perplexity, validation_scores
@@ -55,8 +56,9 @@ class Trainer:
     """
 
     def __init__(self, recipe: Recipe, run_dir: Path, data: TrainingData, metrics: MetricsLog,
-                 device: Optional[str] = None, progress: bool = True):
+                 device: Optional[str] = None, progress: bool = True, world: World = World()):
         self.recipe, self.run_dir, self.metrics, self.progress = recipe, run_dir, metrics, progress
+        self.world = world  # the processes training together (translate.training.distributed)
         self.cfg = recipe.train
         self.device = pick_device(device)
         self.precision = resolve_precision(self.cfg.precision, self.device)
@@ -119,10 +121,11 @@ class Trainer:
         """Train on the epoch's next batch group, then log, validate and save as due; True when
         a stopping rule fired."""
         cfg = self.cfg
+        step_batches = cfg.accum_steps * self.world.size  # what one optimizer step consumes
         group = [collate([self.train_pairs.src[i] for i in idx],
                          [self.train_pairs.tgt[i] for i in idx])
-                 for idx in batches[self.position: self.position + cfg.accum_steps]]
-        self.position += cfg.accum_steps
+                 for idx in self.world.share(batches[self.position: self.position + step_batches])]
+        self.position += step_batches
         t0 = time.perf_counter()
         result = self.train_step(group)
         now = time.perf_counter()
@@ -182,14 +185,16 @@ class Trainer:
     # -- one optimizer step ------------------------------------------------------------------
 
     def train_step(self, batches: list[Batch]) -> Optional[tuple[float, int]]:
-        """Forward/backward over `accum_steps` batches, then one optimizer step.
+        """Forward/backward over this rank's batches of the step, then one optimizer step.
 
-        Returns (loss per token, tokens), or None when a batch's loss was NaN or infinite: then
-        the whole group is skipped and the optimizer does not step.
+        Returns (loss per token, tokens) over every rank's batches, or None when a batch's loss
+        was NaN or infinite: then the whole step is skipped, on every rank, and the optimizer
+        does not step.
         """
         self.model.train()
-        total_tokens = sum(b.num_tgt_tokens for b in batches)
-        nll_sum = 0.0
+        local_tokens = sum(b.num_tgt_tokens for b in batches)
+        (total_tokens,) = all_sum([local_tokens], self.world, self.device)
+        nll_sum, bad = 0.0, None
         for batch in batches:
             batch = batch.to(self.device)
             with autocast(self.device, self.precision):
@@ -200,10 +205,15 @@ class Trainer:
             values = torch.stack([loss.detach().float(), nll.detach().float()])
             loss_value, nll_value = values.tolist()
             if not math.isfinite(loss_value):
-                self.optimizer.zero_grad(set_to_none=True)
-                self.skip_bad_loss(loss_value, batch)
-                return None
+                bad = (loss_value, batch)
+                break
             nll_sum += nll_value
+        nll_sum, bad_ranks = all_sum([nll_sum, float(bad is not None)], self.world, self.device)
+        if bad_ranks:
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skip_bad_loss(*(bad or (float("nan"), None)))
+            return None
+        sum_gradients(self.model.parameters(), self.world)
         if self.cfg.clip_norm > 0:
             self.scaler.unscale_(self.optimizer)
             nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
@@ -215,13 +225,15 @@ class Trainer:
         self.step += 1
         if self.ema is not None:
             update_ema(self.ema, self.model, self.cfg.ema_decay, self.step)
-        return nll_sum / total_tokens, total_tokens
+        return nll_sum / total_tokens, int(total_tokens)
 
-    def skip_bad_loss(self, loss: float, batch: Batch) -> None:
-        """Count a NaN/inf loss; warn, or stop once more than `max_bad_losses` were skipped."""
+    def skip_bad_loss(self, loss: float, batch: Optional[Batch]) -> None:
+        """Count a NaN/inf loss (`batch` None: another rank's); warn, or stop once more than
+        `max_bad_losses` were skipped."""
         self.bad_losses += 1
-        where = (f"after step {self.step}: {loss} loss on a batch of {batch.src.shape[0]} "
-                 f"sentences (epoch {self.epoch})")
+        what = (f"{loss} loss on a batch of {batch.src.shape[0]} sentences" if batch is not None
+                else "a NaN/inf loss on another rank")
+        where = f"after step {self.step}: {what} (epoch {self.epoch})"
         if self.bad_losses > self.cfg.max_bad_losses:
             raise TrainingError(f"{where}: {self.bad_losses} batches had a NaN/inf loss, over "
                                 f"train.max_bad_losses ({self.cfg.max_bad_losses}); stopping. "

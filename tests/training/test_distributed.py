@@ -1,0 +1,62 @@
+"""Two gloo processes under torchrun make the updates one process makes with gradient
+accumulation over the same batches."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from translate.training.distributed import World
+
+WORKER = Path(__file__).resolve().with_name("ddp_worker.py")
+STEPS = 6
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(args: list[str], cwd: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def runs(recipe_path, small_data, tmp_path_factory):
+    """(one process with accum_steps 2, [rank 0, rank 1] of two processes with accum_steps 1)."""
+    root = tmp_path_factory.mktemp("ddp")
+    common = [str(WORKER), str(recipe_path), str(small_data)]
+    run([sys.executable, *common, str(root / "alone"), str(STEPS), "2"], root)
+    run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+         *common, str(root / "pair"), str(STEPS), "1"], root)
+    alone = torch.load(root / "alone" / "rank0.pt", weights_only=True)
+    pair = [torch.load(root / "pair" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    return alone, pair
+
+
+def test_two_processes_update_as_one_with_accumulation(runs):
+    alone, pair = runs
+    assert alone["step"] == pair[0]["step"] == pair[1]["step"] == STEPS
+    assert alone["position"] == pair[0]["position"] == 2 * STEPS  # two batches a step
+    for name, weight in alone["model"].items():
+        torch.testing.assert_close(pair[0]["model"][name], weight, atol=1e-6, rtol=1e-5,
+                                   msg=lambda m: f"{name}: {m}")
+        assert torch.equal(pair[0]["model"][name], pair[1]["model"][name]), name
+    torch.testing.assert_close(torch.tensor(pair[0]["losses"]), torch.tensor(alone["losses"]),
+                               atol=1e-6, rtol=1e-5)
+    assert pair[0]["losses"] == pair[1]["losses"]  # the loss of the whole step, on every rank
+
+
+def test_each_rank_takes_every_other_batch():
+    group = ["b0", "b1", "b2", "b3", "b4"]
+    assert World(0, 2).share(group) == ["b0", "b2", "b4"]
+    assert World(1, 2).share(group) == ["b1", "b3"]
+    assert World().share(group) == group and World().is_main and not World(1, 2).is_main

@@ -1,0 +1,66 @@
+"""Training across processes: which rank this is, and the sums every rank agrees on.
+
+Every rank builds the same seeded batch order and takes its share of each optimizer step's
+batches (`World.share`). Target-token counts and gradients are then summed across ranks, not
+averaged, so the update equals the one a single process makes with all of the step's batches
+(gradient accumulation). In a lone process every function here is a no-op.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterable, Sequence, TypeVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one that writes checkpoints and logs."""
+        return self.rank == 0
+
+    def share(self, group: Sequence[T]) -> list[T]:
+        """This rank's part of one step's batches: every `size`-th, from the `rank`-th."""
+        return list(group[self.rank:: self.size])
+
+
+def join(device: torch.device) -> World:
+    """The world torchrun describes in the environment (RANK, WORLD_SIZE, MASTER_ADDR, ...),
+    joined over gloo on the CPU and NCCL on CUDA; a lone process when there is none."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return World()
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return World(dist.get_rank(), dist.get_world_size())
+
+
+def all_sum(values: Sequence[float], world: World, device: torch.device) -> list[float]:
+    """Each value summed over the ranks (float64, so token counts stay exact)."""
+    if world.size == 1:
+        return list(values)
+    summed = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(summed)
+    return summed.tolist()
+
+
+def sum_gradients(parameters: Iterable[nn.Parameter], world: World) -> None:
+    """Replace every gradient with its sum over the ranks, in one collective; a rank without a
+    gradient (no batch this step) adds zeros."""
+    if world.size == 1:
+        return
+    params = [p for p in parameters if p.requires_grad]
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch._utils._flatten_dense_tensors(grads)
+    dist.all_reduce(flat)
+    for param, summed in zip(params, torch._utils._unflatten_dense_tensors(flat, grads)):
+        param.grad = summed
