@@ -88,6 +88,8 @@ def train(recipe, overrides, run_dir, resume_dir, data_path, device, no_progress
         sys.exit(128 + e.signum)
     except USER_ERRORS as e:
         _fail(e)
+    if not result.main:  # another process of a torchrun run: rank 0 reports
+        return
     click.echo(f"\nbest checkpoint: {result.best_checkpoint} (step {result.best_step} of "
                f"{result.steps}, dev BLEU {result.best_dev_bleu:.2f})")
     for split, scores in result.test_scores.items():

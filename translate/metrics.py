@@ -12,8 +12,8 @@ from typing import Optional
 class MetricsLog:
     """Append-only JSON lines (metrics.jsonl), mirrored to TensorBoard when it is installed."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, enabled: bool = True):
+        self.path, self.enabled = path, enabled  # disabled: a rank other than 0 writes nothing
         self.file = self.tb = None  # opened by the first write: a run that fails first leaves none
         self.purge_step: Optional[int] = None  # TensorBoard hides its events from here (resuming)
 
@@ -27,6 +27,8 @@ class MetricsLog:
             return None
 
     def write(self, record: dict) -> None:
+        if not self.enabled:
+            return
         if self.file is None:
             self.file = open(self.path, "a", encoding="utf-8")
             self.tb = self._tensorboard(self.purge_step)
@@ -43,6 +45,8 @@ class MetricsLog:
         Test-score records go too (the run goes on), as does a line cut short by a crash;
         TensorBoard hides its events after `step`.
         """
+        if not self.enabled:
+            return
         self.close()
         text = self.path.read_text(encoding="utf-8", errors="replace") if self.path.exists() else ""
         kept = []

@@ -1,6 +1,7 @@
 """Two gloo processes under torchrun make the updates one process makes with gradient
 accumulation over the same batches."""
 
+import json
 import os
 import socket
 import subprocess
@@ -60,3 +61,35 @@ def test_each_rank_takes_every_other_batch():
     assert World(0, 2).share(group) == ["b0", "b2", "b4"]
     assert World(1, 2).share(group) == ["b1", "b3"]
     assert World().share(group) == group and World().is_main and not World(1, 2).is_main
+
+
+def test_translate_train_under_torchrun_validates_saves_and_resumes(recipe_path, small_data,
+                                                                   tmp_path):
+    from conftest import TINY_OVERRIDES
+
+    run_dir = tmp_path / "run"
+    sets = [arg for item in [*TINY_OVERRIDES, "train.eval_every=10", "train.log_every=5"]
+            for arg in ("--set", item)]
+
+    def torchrun(*args: str) -> str:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+               "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m",
+               "translate", *args, "--data", str(small_data), "--no-progress"]
+        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+        result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return result.stdout
+
+    out = torchrun("train", str(recipe_path), "--run-dir", str(run_dir), *sets,
+                   "--set", "train.max_steps=20")
+    assert out.count("best checkpoint:") == 1 and "2 processes" in out  # rank 0 reports
+    assert (run_dir / "step_20.pt").is_file() and (run_dir / "best.pt").is_file()
+    out = torchrun("train", "--resume", str(run_dir), "--set", "train.max_steps=30")
+    assert f"resuming from {run_dir / 'step_20.pt'}: step 20, epoch 1, batch 40" in out
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in train] == [5, 10, 15, 20, 25, 30]  # written once, by rank 0
+    assert [r["step"] for r in records if r["kind"] == "valid"] == [10, 20, 30]
+    assert all(r["world_size"] == 2 for r in train)
+    assert (run_dir / "test_2016_flickr.hyp.de").is_file()

@@ -9,13 +9,14 @@ from translate.config import ConfigError, Recipe
 from translate.tokenizer import Tokenizer
 
 
-def resume_point(run_dir: Path, recipe: Recipe) -> tuple[Path, dict, Tokenizer]:
+def resume_point(run_dir: Path, recipe: Recipe, clean: bool = True
+                 ) -> tuple[Path, dict, Tokenizer]:
     """The run's newest readable checkpoint (path, contents) and its tokenizer, once checked
-    against the recipe; half-written files of the crashed process are removed."""
+    against the recipe; with `clean`, half-written files of the crashed process are removed."""
     path, checkpoint = newest_checkpoint(run_dir)
     check_resumable(path, checkpoint, recipe)
     tokenizer = checkpoint_tokenizer(checkpoint)
-    for leftover in run_dir.glob(".*.tmp*"):
+    for leftover in run_dir.glob(".*.tmp*") if clean else ():
         leftover.unlink()
     return path, checkpoint, tokenizer
 

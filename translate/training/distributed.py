@@ -64,3 +64,27 @@ def sum_gradients(parameters: Iterable[nn.Parameter], world: World) -> None:
     dist.all_reduce(flat)
     for param, summed in zip(params, torch._utils._unflatten_dense_tensors(flat, grads)):
         param.grad = summed
+
+
+def agree(flags: Sequence[bool], world: World, device: torch.device) -> list[bool]:
+    """Rank 0's decisions (validate now? stop?), the same on every rank."""
+    if world.size == 1:
+        return [bool(f) for f in flags]
+    return [s > 0 for s in all_sum([float(bool(f)) if world.is_main else 0.0 for f in flags],
+                                   world, device)]
+
+
+def any_rank(flag: bool, world: World, device: torch.device) -> bool:
+    """True on every rank when it is true on some rank (a signal one of them received)."""
+    if world.size == 1:
+        return bool(flag)
+    return all_sum([float(bool(flag))], world, device)[0] > 0
+
+
+def from_main(value: T, world: World) -> T:
+    """Rank 0's `value` (any picklable object), on every rank."""
+    if world.size == 1:
+        return value
+    box = [value if world.is_main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -23,7 +23,7 @@ from translate.engine import resolve_engine
 from translate.metrics import LogWindow, MetricsLog
 from translate.models import build_model, count_parameters
 from translate.tokens import PAD
-from translate.training.distributed import World, all_sum, sum_gradients
+from translate.training.distributed import World, agree, all_sum, any_rank, sum_gradients
 from translate.training.optim import make_optimizer, update_ema
 from translate.training.prepare import TrainingData
 from translate.training.validation import dev_loss, perplexity, validation_scores
@@ -74,16 +74,19 @@ class Trainer:
                             self.tokenizer.tgt_vocab_size, self.tokenizer.joint)
         self.model = self.engine.prepare(model.to(self.device))
         self.n_params = count_parameters(self.model)
-        print(f"{recipe.model.arch}: {self.n_params / 1e6:.2f}M parameters, device {self.device}, "
-              f"precision {self.precision}, {self.engine.name} engine, "
-              f"{torch.get_num_threads()} CPU threads", flush=True)
+        if world.is_main:
+            processes = f", {world.size} processes" if world.size > 1 else ""
+            print(f"{recipe.model.arch}: {self.n_params / 1e6:.2f}M parameters, device "
+                  f"{self.device}, precision {self.precision}, {self.engine.name} engine, "
+                  f"{torch.get_num_threads()} CPU threads{processes}", flush=True)
         self.forward = torch.compile(self.model) if self.cfg.compile else self.model
         # Exponential moving average of the weights: validated, saved and used to translate.
         self.ema = copy.deepcopy(self.model).eval().requires_grad_(False) \
             if self.cfg.ema_decay > 0 else None
         self.optimizer, self.scheduler = make_optimizer(self.model, self.cfg)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
-        check_free_space(run_dir, checkpoint_bytes(self.model, self.ema is not None))
+        if world.is_main:
+            check_free_space(run_dir, checkpoint_bytes(self.model, self.ema is not None))
         self.step = self.epoch = self.position = 0
         self.elapsed = self.train_seconds = 0.0  # wall-clock and optimizer-step seconds so far
         self.best_bleu, self.bad_evals, self.bad_losses = -1.0, 0, 0
@@ -99,7 +102,8 @@ class Trainer:
 
         self.monitor = {s: load_split(self.recipe.data, s) for s in self.cfg.monitor_splits}
         self.bar = tqdm(total=self.cfg.max_steps or None, initial=self.step,
-                        disable=not self.progress, unit="step", dynamic_ncols=True)
+                        disable=not (self.progress and self.world.is_main), unit="step",
+                        dynamic_ncols=True)
         self.start = time.perf_counter() - self.elapsed  # a resumed run counts the time spent
         self.last_eval = time.perf_counter()
         stop = False
@@ -110,8 +114,9 @@ class Trainer:
                 batches = self.epoch_batches()
                 while self.position < len(batches) and not stop:
                     stop = self.next_step(batches)
-                    if received:
-                        raise Interrupted(received[0], self.step, self.save("last.pt"))
+                    if any_rank(bool(received), self.world, self.device):
+                        signum = received[0] if received else signal.SIGTERM
+                        raise Interrupted(signum, self.step, self.save("last.pt"))
                 if not stop:
                     stop = self.end_epoch()
         self.bar.close()
@@ -141,9 +146,9 @@ class Trainer:
         out_of_steps = cfg.max_steps and self.step >= cfg.max_steps
         due = (cfg.eval_every and self.step % cfg.eval_every == 0) or (
             cfg.eval_every_minutes and now - self.last_eval >= cfg.eval_every_minutes * 60)
-        stop = bool(out_of_time or out_of_steps)
+        due, stop = agree([due, out_of_time or out_of_steps], self.world, self.device)
         if due or stop:
-            stop = self.validate() or stop
+            stop = agree([self.validate()], self.world, self.device)[0] or stop
             self.last_eval = time.perf_counter()
             self.last_eval_seconds = self.last_eval - now
         elif cfg.save_every and self.step % cfg.save_every == 0:  # step_N.pt serves when due
@@ -176,7 +181,8 @@ class Trainer:
         record = {"kind": "train", "step": self.step, "epoch": self.epoch,
                   "loss": sum(w.losses) / len(w.losses), "lr": lr,
                   "tok_per_s": w.tokens / max(w.seconds, 1e-9), "elapsed": self.elapsed,
-                  "train_seconds": self.train_seconds}
+                  "train_seconds": self.train_seconds, "world_size": self.world.size,
+                  "step_tokens": w.tokens / len(w.losses)}  # target tokens per step, all ranks
         self.metrics.write(record)
         self.bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.2e}",
                              tok_s=f"{record['tok_per_s']:.0f}", ep=self.epoch)
@@ -249,7 +255,10 @@ class Trainer:
     # -- validation --------------------------------------------------------------------------
 
     def validate(self) -> bool:
-        """Score the dev set, log it, save checkpoints; return True when patience runs out."""
+        """Score the dev set, log it, save checkpoints; return True when patience runs out.
+        Across processes rank 0 validates alone (the weights are the same on every rank)."""
+        if not self.world.is_main:
+            return False
         model = self.eval_model
         loss = dev_loss(model, self.dev.pairs, self.cfg.max_tokens, self.device, self.precision,
                         self.engine)
@@ -276,7 +285,10 @@ class Trainer:
     # -- checkpoints -------------------------------------------------------------------------
 
     def save(self, name: str) -> Path:
+        """Write checkpoint `name` into the run folder (rank 0 alone); return its path."""
         path = self.run_dir / name
+        if not self.world.is_main:
+            return path
         save_checkpoint(path, self.eval_model, self.recipe, self.tokenizer, self.step, {
             # the optimizer's own weights, to resume from; "model" holds the EMA when enabled
             **({"train_model": self.model.state_dict()} if self.ema is not None else {}),

@@ -11,6 +11,7 @@ from translate.config import Recipe
 from translate.data import (DataError, EncodedPairs, clean_text_pairs, encode_pairs,
                             filter_lengths, load_split, resolve_dataset)
 from translate.tokenizer import Tokenizer
+from translate.training.distributed import World, from_main
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +32,11 @@ class TrainingData:
     dev: DevSplit
 
 
-def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] = None
-                 ) -> TrainingData:
+def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] = None,
+                 world: World = World()) -> TrainingData:
     """Load and clean the train split; train the tokenizer and save it into `run_dir` unless one
-    is given (resuming); encode and length-filter; read the dev split."""
+    is given (resuming); encode and length-filter; read the dev split. Across processes, rank 0
+    trains the tokenizer and every rank gets its models."""
     cfg = recipe.data
     log.info("dataset: %s (%s -> %s)", resolve_dataset(cfg), cfg.src_lang, cfg.tgt_lang)
     src, tgt = load_split(cfg, "train")
@@ -45,8 +47,12 @@ def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] =
                         f"{stats.no_letters} without letters)")
     src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
     if tokenizer is None:
-        tokenizer = Tokenizer.train(src, tgt, recipe.tokenizer, recipe.train.seed)
-        tokenizer.save(run_dir, cfg.src_lang, cfg.tgt_lang)
+        models = None
+        if world.is_main:
+            tokenizer = Tokenizer.train(src, tgt, recipe.tokenizer, recipe.train.seed)
+            tokenizer.save(run_dir, cfg.src_lang, cfg.tgt_lang)
+            models = (tokenizer.src_model, tokenizer.tgt_model)
+        tokenizer = Tokenizer(*from_main(models, world))
     log.info("tokenizer: %s %d pieces (%s)", recipe.tokenizer.model_type, tokenizer.tgt_vocab_size,
              "joint" if tokenizer.joint else "separate vocabularies")
     train = filter_lengths(encode_pairs(tokenizer, src, tgt, cfg.cache_dir), cfg.max_len,

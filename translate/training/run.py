@@ -15,9 +15,10 @@ from translate.data import load_split
 from translate.evaluation import evaluate_split
 from translate.metrics import MetricsLog
 from translate.training.checkpoints import resume_point
+from translate.training.distributed import join
 from translate.training.loop import Trainer
 from translate.training.prepare import prepare_data
-from translate.utils import first_line
+from translate.utils import first_line, pick_device
 
 
 @dataclass
@@ -28,6 +29,7 @@ class TrainResult:
     steps: int
     best_dev_bleu: float
     test_scores: dict = field(default_factory=dict)  # split -> scoring.Scores
+    main: bool = True  # False on ranks other than 0 of a run across processes
 
 
 def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
@@ -37,19 +39,24 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
     With `resume`, continue the run in `run_dir` from its newest readable checkpoint instead;
     `recipe` is then the run's own (see `config.load_run_recipe`).
     """
-    check_writable(run_dir)
+    world = join(pick_device(device))  # several processes under torchrun, else one
+    if world.is_main:
+        check_writable(run_dir)
     checkpoint, tokenizer = None, None
     if resume:
-        path, checkpoint, tokenizer = resume_point(run_dir, recipe)
-    save_recipe(recipe, run_dir / "recipe.yaml")
-    with _log_file(run_dir / "train.log"):
-        data = prepare_data(recipe, run_dir, tokenizer)
-        metrics = MetricsLog(run_dir / "metrics.jsonl")
+        path, checkpoint, tokenizer = resume_point(run_dir, recipe, clean=world.is_main)
+    if world.is_main:
+        save_recipe(recipe, run_dir / "recipe.yaml")
+    with _log_file(run_dir / "train.log", world.is_main):
+        data = prepare_data(recipe, run_dir, tokenizer, world)
+        metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=world.is_main)
         try:
-            trainer = Trainer(recipe, run_dir, data, metrics, device, progress)
+            trainer = Trainer(recipe, run_dir, data, metrics, device, progress, world)
             if checkpoint is not None:
                 _restore(trainer, path, checkpoint)
             steps = trainer.run()
+            if not world.is_main:  # rank 0 scores the test splits and reports
+                return TrainResult(run_dir, run_dir / "best.pt", -1, steps, -1.0, main=False)
             best = load_checkpoint(run_dir / "best.pt", trainer.device)
             scores = test_scores(best, trainer, progress)
         finally:
@@ -63,8 +70,9 @@ def _restore(trainer: Trainer, path: Path, checkpoint: dict) -> None:
     except (RuntimeError, KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: cannot resume from it ({type(e).__name__}: "
                               f"{first_line(e)})") from None
-    print(f"resuming from {path}: step {trainer.step}, epoch {trainer.epoch}, "
-          f"batch {trainer.position}", flush=True)
+    if trainer.world.is_main:
+        print(f"resuming from {path}: step {trainer.step}, epoch {trainer.epoch}, "
+              f"batch {trainer.position}", flush=True)
 
 
 def test_scores(best: Loaded, trainer: Trainer, progress: bool) -> dict:
@@ -89,8 +97,11 @@ def test_scores(best: Loaded, trainer: Trainer, progress: bool) -> dict:
 
 
 @contextmanager
-def _log_file(path: Path) -> Iterator[None]:
-    """Copy the package's log records into `path` while the block runs."""
+def _log_file(path: Path, enabled: bool = True) -> Iterator[None]:
+    """Copy the package's log records into `path` while the block runs (when `enabled`)."""
+    if not enabled:
+        yield
+        return
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("translate").addHandler(handler)
