@@ -63,29 +63,35 @@ def test_each_rank_takes_every_other_batch():
     assert World().share(group) == group and World().is_main and not World(1, 2).is_main
 
 
-def test_translate_train_under_torchrun_validates_saves_and_resumes(recipe_path, small_data,
-                                                                   tmp_path):
+def torchrun(data: Path, cwd: Path, *args: str) -> str:
+    """`torchrun --nproc_per_node 2 -m translate ARGS --data DATA`; its stdout, once it passed."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m", "translate",
+           *args, "--data", str(data), "--no-progress"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def sets(*items: str) -> list[str]:
     from conftest import TINY_OVERRIDES
 
+    return [arg for item in (*TINY_OVERRIDES, *items) for arg in ("--set", item)]
+
+
+def test_translate_train_under_torchrun_validates_saves_and_resumes(recipe_path, small_data,
+                                                                   tmp_path):
     run_dir = tmp_path / "run"
-    sets = [arg for item in [*TINY_OVERRIDES, "train.eval_every=10", "train.log_every=5"]
-            for arg in ("--set", item)]
 
-    def torchrun(*args: str) -> str:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-               "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m",
-               "translate", *args, "--data", str(small_data), "--no-progress"]
-        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-        result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
-                                timeout=300)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        return result.stdout
+    def torchrun_here(*args: str) -> str:
+        return torchrun(small_data, tmp_path, *args)
 
-    out = torchrun("train", str(recipe_path), "--run-dir", str(run_dir), *sets,
-                   "--set", "train.max_steps=20")
+    out = torchrun_here("train", str(recipe_path), "--run-dir", str(run_dir),
+                        *sets("train.eval_every=10", "train.log_every=5", "train.max_steps=20"))
     assert out.count("best checkpoint:") == 1 and "2 processes" in out  # rank 0 reports
     assert (run_dir / "step_20.pt").is_file() and (run_dir / "best.pt").is_file()
-    out = torchrun("train", "--resume", str(run_dir), "--set", "train.max_steps=30")
+    out = torchrun_here("train", "--resume", str(run_dir), "--set", "train.max_steps=30")
     assert f"resuming from {run_dir / 'step_20.pt'}: step 20, epoch 1, batch 40" in out
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["kind"] == "train"]
@@ -93,3 +99,16 @@ def test_translate_train_under_torchrun_validates_saves_and_resumes(recipe_path,
     assert [r["step"] for r in records if r["kind"] == "valid"] == [10, 20, 30]
     assert all(r["world_size"] == 2 for r in train)
     assert (run_dir / "test_2016_flickr.hyp.de").is_file()
+
+
+def test_early_stopping_under_torchrun_stops_every_rank_at_once(recipe_path, small_data,
+                                                                 tmp_path):
+    """Rank 0 validates alone; its patience decision reaches rank 1, which would otherwise train
+    on (and wait forever in the next step's all-reduce)."""
+    run_dir = tmp_path / "run"
+    out = torchrun(small_data, tmp_path, "train", str(recipe_path), "--run-dir", str(run_dir),
+                   *sets("train.lr=1e-9", "train.eval_every=5", "train.patience=1",
+                         "train.max_steps=1000", "data.test_splits=[]"))
+    assert "(step 5 of 10, " in out  # best at step 5, none better at 10: patience 1 is spent
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "valid"] == [5, 10]
