@@ -122,6 +122,13 @@ class MemoryKV:
                  bias: Optional[torch.Tensor] = None):
         self.k, self.v, self.bias = k, v, bias  # (Bc, H, S, Dh) x 2, (Bc, H, 1, S)
 
+    def read(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V for a later decoding step, made contiguous the first time, so that no step
+        copies them again (a teacher-forced pass reads them once and never pays for it)."""
+        if not self.k.is_contiguous():
+            self.k, self.v = self.k.contiguous(), self.v.contiguous()
+        return self.k, self.v
+
     def index_select(self, sentences: torch.Tensor) -> "MemoryKV":
         return MemoryKV(*(None if t is None else t.index_select(0, sentences)
                           for t in (self.k, self.v, self.bias)))
@@ -172,7 +179,7 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
         the cache."""
         D, cross = x.size(-1), context is not None
         if cross and cache is not None and cache.k is not None:  # the memory's K, V never change
-            return self.q_proj(x), cache.k, cache.v
+            return (self.q_proj(x), *cache.read())
         if self.fuse_qkv and not cross:
             qkv = linear(x, [self.q_proj, self.k_proj, self.v_proj], self.packs("_qkv"))
             q, kv = qkv[..., :D], qkv[..., D:]  # (B, T, D), (B, T, 2D)
@@ -181,10 +188,8 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
         kv = kv.view(*kv.shape[:2], 2, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if cache is None:  # kv: (2, Bc, H, S, Dh)
             return q, kv[0], kv[1]
-        if cross and torch.is_grad_enabled():  # teacher forcing: read once, no copy
-            return q, kv[0], kv[1]
-        if cross:  # decoding: contiguous, so that no step copies them again
-            cache.k, cache.v = kv[0].contiguous(), kv[1].contiguous()
+        if cross:  # kept as they are; `read` makes them contiguous if a later step reads them
+            cache.k, cache.v = kv[0], kv[1]
             return q, cache.k, cache.v
         kv = cache.extend(kv)  # (2, B, H, S_past + T, Dh)
         return q, kv[0], kv[1]

@@ -16,8 +16,9 @@ def resume_point(run_dir: Path, recipe: Recipe, clean: bool = True
     path, checkpoint = newest_checkpoint(run_dir)
     check_resumable(path, checkpoint, recipe)
     tokenizer = checkpoint_tokenizer(checkpoint)
-    for leftover in run_dir.glob(".*.tmp*") if clean else ():
-        leftover.unlink()
+    if clean:
+        for leftover in run_dir.glob(".*.tmp*"):
+            leftover.unlink()
     return path, checkpoint, tokenizer
 
 

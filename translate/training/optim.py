@@ -24,7 +24,7 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig
     fused kernel (one launch for every parameter)."""
     on_gpu = next(model.parameters()).device.type == "cuda"
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=1e-9,
-                                  weight_decay=cfg.weight_decay, fused=on_gpu or None)
+                                  weight_decay=cfg.weight_decay, fused=True if on_gpu else None)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: inverse_sqrt_lr(s, 1.0, cfg.warmup))
     return optimizer, scheduler

@@ -46,13 +46,10 @@ def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] =
                         f"({stats.total} read, {stats.empty} with an empty side, "
                         f"{stats.no_letters} without letters)")
     src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
-    if tokenizer is None:
-        models = None
-        if world.is_main:
-            tokenizer = Tokenizer.train(src, tgt, recipe.tokenizer, recipe.train.seed)
-            tokenizer.save(run_dir, cfg.src_lang, cfg.tgt_lang)
-            models = (tokenizer.src_model, tokenizer.tgt_model)
-        tokenizer = Tokenizer(*from_main(models, world))
+    if tokenizer is None and world.is_main:
+        tokenizer = Tokenizer.train(src, tgt, recipe.tokenizer, recipe.train.seed)
+        tokenizer.save(run_dir, cfg.src_lang, cfg.tgt_lang)
+    tokenizer = from_main(tokenizer, world)  # the other ranks get rank 0's
     log.info("tokenizer: %s %d pieces (%s)", recipe.tokenizer.model_type, tokenizer.tgt_vocab_size,
              "joint" if tokenizer.joint else "separate vocabularies")
     train = filter_lengths(encode_pairs(tokenizer, src, tgt, cfg.cache_dir), cfg.max_len,
