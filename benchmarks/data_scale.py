@@ -9,12 +9,14 @@ SentencePiece model (8k unigram) is trained on the smallest corpus and used for 
 figures measure the pipeline, not tokenizer training. Each measurement runs in a fresh process,
 so its peak RSS (`ru_maxrss`) is its own:
 
-  cold    read the train split, clean it, encode it (cache empty), filter lengths, build the
-          epoch's token batches
-  warm    the same with the encoded cache in place: what `translate train` does before its first
-          step on an already-encoded corpus
-  spm     SentencePiece's own batch encoder (C++, 2 threads) on the same text: the limit that
-          encoding through Python can approach
+  cold        encode the train split onto disk (`translate.corpus`, cache empty, --num-proc
+              worker processes), filter lengths, build the epoch's token batches
+  warm        the same with the encoded corpus in place: what `translate train` does before its
+              first step on an already-encoded corpus
+  spm_encode  SentencePiece's command-line encoder (C++) on the same text as plain files, both
+              sides: the limit that encoding through Python can approach
+  first_step  `translate train` (the Multi30k recipe's model, this tokenizer) on the already-
+              encoded corpus: seconds from the command's start to its first optimizer step
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import itertools
 import json
 import random
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -56,48 +59,100 @@ def make_corpus(folder: Path, pairs: int, seed: int = 1) -> Path:
     return folder
 
 
-def measure(mode: str, corpus: Path, tokenizer: Path, cache: Path) -> dict:
+def measure(corpus: Path, tokenizer: Path, cache: Path, num_proc: int = 2) -> dict:
     """One measurement (run in a child process): seconds per stage and peak RSS."""
     import torch
 
     from translate.config import DataConfig
-    from translate.data import clean_text_pairs, encode_pairs, filter_lengths, load_split, \
-        token_batches
+    from translate.corpus import encoded_corpus
+    from translate.data import filter_lengths, token_batches
     from translate.tokenizer import Tokenizer
 
     torch.set_num_threads(2)
     model = tokenizer.read_bytes()
-    tok = Tokenizer(model, model)
     times, start = {}, time.perf_counter()
-    src, tgt = load_split(DataConfig(dataset=str(corpus)), "train")
-    times["read"] = time.perf_counter() - start
-    if mode == "spm":
-        t0 = time.perf_counter()
-        tok.src.encode(src, num_threads=2)
-        tok.src.encode(tgt, num_threads=2)
-        times["encode"] = time.perf_counter() - t0
-    else:
-        t0 = time.perf_counter()
-        keep, stats = clean_text_pairs(src, tgt)
-        src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
-        times["clean"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        pairs = filter_lengths(encode_pairs(tok, src, tgt, str(cache)), 250, 3.0, stats)
-        times["encode"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        token_batches(pairs.src.lengths.tolist(), pairs.tgt.lengths.tolist(), 25000, True, 1)
-        times["batches"] = time.perf_counter() - t0
+    built = encoded_corpus(DataConfig(dataset=str(corpus), cache_dir=str(cache)), "train",
+                           Tokenizer(model, model), num_proc)
+    times["encode"] = time.perf_counter() - start
+    t0 = time.perf_counter()
+    train = filter_lengths(built.pairs, 250, 3.0, built.stats)
+    batches = token_batches(train.src.lengths, train.tgt.lengths, 25000, True, 1,
+                            train.length_filter)
+    times["batches"] = time.perf_counter() - t0
     times["total"] = time.perf_counter() - start
-    rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # Linux: KiB
-    return {"seconds": times, "peak_rss_gib": rss_gib, "pairs": len(src),
-            "pairs_per_s": len(src) / times["total"],
-            "encode_pairs_per_s": len(src) / times["encode"]}
+    pairs = built.stats.total
+    return {"seconds": times, "peak_rss_gib": _peak_gib(resource.RUSAGE_SELF),
+            "workers_peak_rss_gib": _peak_gib(resource.RUSAGE_CHILDREN), "pairs": pairs,
+            "kept": len(train), "batches": len(batches), "pairs_per_s": pairs / times["total"],
+            "encode_pairs_per_s": pairs / times["encode"]}
 
 
-def child(mode: str, corpus: Path, tokenizer: Path, cache: Path) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--measure", mode, str(corpus), str(tokenizer),
-                          str(cache)], check=True, capture_output=True, text=True, cwd=ROOT)
+def _peak_gib(who: int) -> float:
+    return resource.getrusage(who).ru_maxrss / 2 ** 20  # Linux: KiB
+
+
+def spm_encode(text: Path, tokenizer: Path) -> dict:
+    """SentencePiece's own command-line encoder over both sides (one thread, C++)."""
+    seconds = 0.0
+    for side in ("en", "de"):
+        t0 = time.perf_counter()
+        subprocess.run(["spm_encode", f"--model={tokenizer}", "--output_format=id",
+                        f"--input={text / f'train.{side}'}", "--output=/dev/null"], check=True)
+        seconds += time.perf_counter() - t0
+    pairs = sum(1 for _ in open(text / "train.en", "rb"))
+    return {"seconds": {"encode": seconds}, "pairs": pairs, "encode_pairs_per_s": pairs / seconds}
+
+
+def first_step(corpus: Path, tokenizer: Path, cache: Path, run_dir: Path) -> dict:
+    """Seconds from `translate train` starting to its first step's record; its peak RSS then."""
+    subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+    metrics = run_dir / "metrics.jsonl"
+    settings = [f"tokenizer.model={tokenizer}", f"data.cache_dir={cache}", "data.test_splits=[]",
+                "data.max_len=250", "train.log_every=1", "train.max_steps=5",
+                "train.max_tokens=4096"]
+    command = [sys.executable, "-m", "translate", "train",
+               str(ROOT / "recipes/multi30k/transformer.yaml"), "--data", str(corpus),
+               "--run-dir", str(run_dir), "--device", "cpu",
+               *(arg for setting in settings for arg in ("--set", setting))]
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        while not (metrics.is_file() and '"train"' in metrics.read_text()):
+            if process.poll() is not None:
+                raise RuntimeError(f"translate train ended: {process.stderr.read()[-2000:]}")
+            time.sleep(0.05)
+        seconds = time.perf_counter() - start
+        status = Path(f"/proc/{process.pid}/status").read_text()
+        peak_kib = int(next(line.split()[1] for line in status.splitlines()
+                            if line.startswith("VmHWM")))
+    finally:
+        process.kill()
+        process.wait()
+    return {"seconds": {"total": seconds}, "peak_rss_gib": peak_kib / 2 ** 20}
+
+
+def child(corpus: Path, tokenizer: Path, cache: Path, num_proc: int) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--measure", str(corpus), str(tokenizer),
+                          str(cache), str(num_proc)], check=True, capture_output=True, text=True,
+                         cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def plain_text(corpus: Path) -> Path:
+    """The corpus's train split as train.en + train.de, for spm_encode (once)."""
+    folder = corpus / "text"
+    if not (folder / "train.de").is_file():
+        folder.mkdir(exist_ok=True)
+        with open(corpus / "train.jsonl", encoding="utf-8") as rows, \
+                open(folder / "train.en", "w", encoding="utf-8") as en, \
+                open(folder / "train.de.tmp", "w", encoding="utf-8") as de:
+            for line in rows:
+                row = json.loads(line)
+                en.write(row["en"] + "\n")
+                de.write(row["de"] + "\n")
+        (folder / "train.de.tmp").rename(folder / "train.de")
+    return folder
 
 
 def main() -> None:
@@ -106,13 +161,14 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000000,4500000")
     ap.add_argument("--work", type=Path, default=Path("/tmp/data_scale"))
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--measure", nargs=4, metavar=("MODE", "CORPUS", "TOKENIZER", "CACHE"),
+    ap.add_argument("--num-proc", type=int, default=2, help="encoding worker processes")
+    ap.add_argument("--measure", nargs=4, metavar=("CORPUS", "TOKENIZER", "CACHE", "NUM_PROC"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.measure:
-        mode, corpus, tokenizer, cache = args.measure
-        print(json.dumps(measure(mode, Path(corpus), Path(tokenizer), Path(cache))))
+        corpus, tokenizer, cache, num_proc = args.measure
+        print(json.dumps(measure(Path(corpus), Path(tokenizer), Path(cache), int(num_proc))))
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     corpora = {n: make_corpus(args.work / f"corpus-{n}", n) for n in sizes}
@@ -129,15 +185,28 @@ def main() -> None:
     for n in sizes:
         cache = args.work / f"cache-{n}"
         subprocess.run(["rm", "-rf", str(cache)], check=True)
-        row = {mode: child(mode, corpora[n], tokenizer, cache) for mode in ("cold", "warm", "spm")}
-        row["encode_vs_spm"] = (row["cold"]["encode_pairs_per_s"]
-                                / row["spm"]["encode_pairs_per_s"])
+        row = {mode: child(corpora[n], tokenizer, cache, args.num_proc)  # cold: cache empty
+               for mode in ("cold", "warm")}
+        if shutil.which("spm_encode"):
+            row["spm_encode"] = spm_encode(plain_text(corpora[n]), tokenizer)
+            row["encode_vs_spm_encode"] = (row["cold"]["encode_pairs_per_s"]
+                                           / row["spm_encode"]["encode_pairs_per_s"])
+        row["first_step"] = first_step(corpora[n], tokenizer, cache, args.work / "run")
         report["sizes"][n] = row
         print(f"{n:>9,} pairs: cold {row['cold']['seconds']['total']:.0f} s "
-              f"({row['cold']['pairs_per_s']:,.0f} pairs/s, peak {row['cold']['peak_rss_gib']:.2f}"
+              f"({row['cold']['encode_pairs_per_s']:,.0f} pairs/s encoding; peak "
+              f"{row['cold']['peak_rss_gib']:.2f} GiB, workers {row['cold']['workers_peak_rss_gib']:.2f}"
               f" GiB); warm {row['warm']['seconds']['total']:.1f} s (peak "
               f"{row['warm']['peak_rss_gib']:.2f} GiB); encoding at "
-              f"{row['encode_vs_spm']:.2f}x SentencePiece's C++ batch encoder", flush=True)
+              f"{row.get('encode_vs_spm_encode', float('nan')):.2f}x spm_encode; first step "
+              f"after {row['first_step']['seconds']['total']:.1f} s (peak "
+              f"{row['first_step']['peak_rss_gib']:.2f} GiB)", flush=True)
+    if len(sizes) > 1:
+        small, big = report["sizes"][min(sizes)], report["sizes"][max(sizes)]
+        report["rss_growth"] = {mode: big[mode]["peak_rss_gib"] / small[mode]["peak_rss_gib"]
+                                for mode in ("cold", "warm", "first_step")}
+        print("peak RSS, largest vs smallest corpus:", {k: f"{v:.2f}x" for k, v in
+                                                        report["rss_growth"].items()})
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 

@@ -1,11 +1,12 @@
 import json
 
+import numpy as np
 import pytest
-import torch
 
 from translate.config import DataConfig, TokenizerConfig
 from translate.data import (CleanStats, DataError, EncodedPairs, TokenArray, clean_text_pairs,
-                            collate, encode_pairs, filter_lengths, load_split, token_batches)
+                            collate, encode_pairs, filter_lengths, load_split, pad, token_batches)
+from translate.encoding import flatten
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD
 from conftest import read_jsonl
@@ -108,19 +109,37 @@ def test_cleaning_drops_empty_and_letterless_pairs_by_rule(small_data):
     assert keep == [0] and stats.empty == 3
 
 
-def test_encoding_is_cached_and_batches_respect_the_budget(small_data, tmp_path):
+def greedy_batches(src: list[int], tgt: list[int], max_tokens: int) -> list[list[int]]:
+    """The batching rule written plainly: sort by (target, source) length, then fill each batch
+    while (sentences) x (longest side) stays within the budget."""
+    batches, current, longest = [], [], 0
+    for i in sorted(range(len(src)), key=lambda i: (tgt[i], src[i], i)):
+        size = max(src[i], tgt[i])
+        if current and max(longest, size) * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, size)
+    return batches + ([current] if current else [])
+
+
+def test_batches_follow_the_rule_and_cover_every_pair(small_data):
     rows = read_jsonl(small_data / "train.jsonl", 500)
     en, de = [r["en"] for r in rows], [r["de"] for r in rows]
     tok = Tokenizer.train(en, de, TokenizerConfig(vocab_size=500))
-    first = encode_pairs(tok, en, de, str(tmp_path))
-    assert len(list((tmp_path / "encoded").iterdir())) == 1
-    second = encode_pairs(tok, en, de, str(tmp_path))
-    assert all((a == b).all() for a, b in zip(first.tgt, second.tgt))
-    lengths = [max(len(s), len(t)) for s, t in zip(first.src, first.tgt)]
-    batches = token_batches([len(s) for s in first.src], [len(t) for t in first.tgt], 400, True, 1)
-    assert sorted(i for b in batches for i in b) == list(range(500))
-    assert all(len(b) * max(lengths[i] for i in b) <= 400 for b in batches if len(b) > 1)
-    b = collate([first.src[i] for i in batches[0]], [first.tgt[i] for i in batches[0]])
+    pairs = encode_pairs(tok, en, de)
+    src, tgt = pairs.src.lengths.tolist(), pairs.tgt.lengths.tolist()
+    assert [list(b) for b in token_batches(src, tgt, 400, shuffle=False)] == \
+        greedy_batches(src, tgt, 400)
+    shuffled = token_batches(pairs.src.lengths, pairs.tgt.lengths, 400, True, 1)
+    assert sorted(i for b in shuffled for i in b) == list(range(500))
+    assert all(len(b) * max(max(src[i], tgt[i]) for i in b) <= 400 for b in shuffled if len(b) > 1)
+    again = token_batches(pairs.src.lengths, pairs.tgt.lengths, 400, True, 1)
+    other = token_batches(pairs.src.lengths, pairs.tgt.lengths, 400, True, 2)
+    assert [b.tolist() for b in shuffled] == [b.tolist() for b in again]
+    assert [b.tolist() for b in shuffled] != [b.tolist() for b in other]
+    assert shuffled[2:4][1].tolist() == shuffled[3].tolist()  # slices: a step's batches
+    b = collate([pairs.src[i] for i in shuffled[0]], [pairs.tgt[i] for i in shuffled[0]])
     assert (b.tgt_in[:, 0] == BOS).all()
     assert ((b.tgt_out == EOS).sum(1) == 1).all()
     assert b.num_tgt_tokens == int((b.tgt_out != PAD).sum())
@@ -128,16 +147,19 @@ def test_encoding_is_cached_and_batches_respect_the_budget(small_data, tmp_path)
     assert ((torch_in == b.tgt_out[:, :-1]) | (b.tgt_out[:, :-1] == EOS)).all()
 
 
-def test_token_array_holds_sentences_flat_and_selects_them():
+def test_a_sentence_over_the_budget_gets_a_batch_of_its_own():
+    batches = token_batches([5, 50, 6], [5, 60, 6], 40, shuffle=False)
+    assert [b.tolist() for b in batches] == [[0, 2], [1]]
+    assert len(token_batches(np.zeros(0, np.int32), np.zeros(0, np.int32), 40, True)) == 0
+
+
+def test_token_array_holds_sentences_flat():
     seqs = [[5, 6, 3], [3], [7, 8, 9, 10, 3], [11, 3]]
     array = TokenArray.from_lists(seqs)
-    assert array.values.dtype == torch.int32 and array.values.numel() == 11 and array.is_whole()
-    assert array.lengths.tolist() == [3, 1, 5, 2] and len(array) == 4
-    assert [s.tolist() for s in array] == seqs
-    picked = array.select(torch.tensor([3, 0, 2]))
-    assert [s.tolist() for s in picked] == [seqs[3], seqs[0], seqs[2]] and picked.is_whole()
-    assert len(array.select(torch.tensor([], dtype=torch.int64))) == 0
-    assert not TokenArray(array.values, array.lengths).is_whole()  # lengths are not offsets
+    assert array.values.dtype == np.int32 and array.values.size == 11
+    assert array.lengths.tolist() == [3, 1, 5, 2] and array.starts.tolist() == [0, 3, 4, 9]
+    assert [s.tolist() for s in array] == seqs and len(array) == 4
+    assert pad([array[2], array[1]]).tolist() == [[7, 8, 9, 10, 3], [3, PAD, PAD, PAD, PAD]]
 
 
 def test_length_filter_counts_and_keeps_as_the_rules_say():
@@ -148,32 +170,13 @@ def test_length_filter_counts_and_keeps_as_the_rules_say():
                           100, 3.0, stats)
     # too long: pairs 1 and 2; ratio over 3 with more than 8 pieces: pair 3 (30 vs 9) and pair 5
     # (9 vs 30); pair 4 (2 vs 7) is short enough to keep
-    assert (stats.too_long, stats.bad_ratio, stats.kept) == (2, 2, 2)
-    assert kept.src.lengths.tolist() == [3, 2] and kept.tgt.lengths.tolist() == [3, 7]
+    assert (stats.too_long, stats.bad_ratio, stats.kept) == (2, 2, 2) and len(kept) == 2
+    assert kept.indices().tolist() == [0, 4]
+    batches = token_batches(kept.src.lengths, kept.tgt.lengths, 1000, True, 1, kept.length_filter)
+    assert sorted(i for b in batches for i in b) == [0, 4]  # batches draw from the kept pairs only
 
 
-def test_a_cache_entry_that_does_not_hold_together_is_rebuilt(small_data, tmp_path):
-    rows = read_jsonl(small_data / "train.jsonl", 50)
-    en, de = [r["en"] for r in rows], [r["de"] for r in rows]
-    tok = Tokenizer.train(en, de, TokenizerConfig(vocab_size=200))
-    first = encode_pairs(tok, en, de, str(tmp_path))
-    (entry,) = (tmp_path / "encoded").iterdir()
-    saved = torch.load(entry, weights_only=True)
-    saved["src"] = (saved["src"][0], saved["src"][1].flip(0))  # offsets that fall
-    torch.save(saved, entry)
-    again = encode_pairs(tok, en, de, str(tmp_path))
-    assert [s.tolist() for s in again.src] == [s.tolist() for s in first.src]
-
-
-def test_encoding_in_chunks_equals_encoding_at_once():
-    texts = [f"{'a ' * (i % 7)}b" for i in range(23)]
-
-    def encode(batch):
-        return [[len(w) + 3 for w in t.split()] + [EOS] for t in batch]
-
-    whole = TokenArray.from_lists(encode(texts))
-    for chunk in (1, 5, 23, 100):
-        chunked = TokenArray.encode(encode, texts, chunk)
-        assert torch.equal(chunked.values, whole.values) and torch.equal(chunked.offsets,
-                                                                         whole.offsets)
-    assert len(TokenArray.encode(encode, [], 5)) == 0
+def test_flatten_appends_eos_to_every_sentence():
+    flat, lengths = flatten([[5, 6], [], [7]], np.dtype(np.uint16))
+    assert flat.tolist() == [5, 6, EOS, EOS, 7, EOS] and lengths.tolist() == [3, 1, 2]
+    assert flat.dtype == np.uint16

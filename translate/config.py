@@ -44,7 +44,8 @@ class DataConfig:
     test_splits: tuple = ("test_2016_flickr",)  # scored at the end of `translate train`
     max_len: int = 100  # pieces (EOS included); longer training pairs are dropped
     max_len_ratio: float = 3.0  # drop training pairs whose piece counts differ more than this
-    cache_dir: Optional[str] = None  # encoded-data cache; default ~/.cache/translate
+    cache_dir: Optional[str] = None  # encoded-corpus cache; default ~/.cache/translate
+    num_proc: int = 0  # processes that encode the train split; 0: one per CPU
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class TokenizerConfig:
     character_coverage: float = 1.0
     joint: bool = True  # one vocabulary for both languages (allows tying all embeddings)
     max_sentences: int = 2_000_000  # sentences sampled to train SentencePiece
+    model: Optional[str] = None  # an existing SentencePiece .model to use (joint), not trained
 
 
 @dataclass(frozen=True)

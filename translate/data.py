@@ -1,4 +1,5 @@
-"""Parallel data: load through Hugging Face `datasets`, clean, encode (cached), batch by tokens.
+"""Parallel data: read splits a chunk at a time (Hugging Face `datasets` for tables and the hub),
+hold encoded sentences flat, batch by tokens. `translate.corpus` keeps encoded corpora on disk.
 
 A dataset is a hub name (``bentrevett/multi30k``, ``wmt14`` with subset ``de-en``) or a local folder
 holding, per split, a JSON Lines / JSON / Parquet / CSV / TSV file (``train.jsonl``) or plain parallel
@@ -12,30 +13,28 @@ import hashlib
 import itertools
 import logging
 import os
-import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Sequence
+from typing import BinaryIO, Iterator, Optional, Sequence
 
+import numpy as np
 import torch
 
 from translate.config import DataConfig
+from translate.encoding import (Chunk, CleanStats, DataError, clean_text_pairs,  # noqa: F401
+                                pair_of, parse_chunk)
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, PAD
 from translate.utils import first_line
 
 log = logging.getLogger(__name__)
 
-TABLE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv",
+TABLE_FORMATS = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet", ".csv": "csv",
                  ".tsv": "csv"}
 
 
-class DataError(ValueError):
-    """Data that cannot be used; the message names the file, split or column."""
-
-
 # ---------------------------------------------------------------------------------------------
-# Loading raw text
+# Loading raw text, a chunk at a time
 
 
 def resolve_dataset(cfg: DataConfig) -> str:
@@ -43,72 +42,163 @@ def resolve_dataset(cfg: DataConfig) -> str:
     return os.environ.get("TRANSLATE_DATA") or cfg.dataset
 
 
-def load_split(cfg: DataConfig, split: str) -> tuple[list[str], list[str]]:
-    """Return the (source, target) sentences of one split, named as in `cfg.splits`."""
+@dataclass(frozen=True)
+class SplitSource:
+    """Where one split's rows come from: local files of one format, or a hub dataset."""
+
+    kind: str  # "jsonl", "text" (two parallel files), a `datasets` builder, or "hub"
+    files: tuple[Path, ...] = ()
+    dataset: str = ""  # hub name
+    subset: Optional[str] = None
+    name: str = ""  # the split's name in the dataset
+
+    @property
+    def where(self) -> str:
+        return str(self.files[0]) if self.files else f"{self.dataset} [{self.name}]"
+
+
+def find_split(cfg: DataConfig, split: str) -> SplitSource:
+    """Find a split, named as in `cfg.splits`, in the local folder or on the hub."""
     dataset = resolve_dataset(cfg)
     name = cfg.splits.get(split, split)
     path = Path(dataset).expanduser()
-    if path.exists() or dataset.startswith((".", "/", "~")):
-        if not path.is_dir():
-            raise DataError(f"data folder not found: {dataset}")
-        rows = _load_local(path, split, name, cfg)
-    else:
-        rows = _load_hub(dataset, cfg.subset, name)
-    return _columns(rows, cfg, f"{dataset} [{name}]")
-
-
-def _load_local(folder: Path, split: str, name: str, cfg: DataConfig):
-    import datasets
-
+    if not (path.exists() or dataset.startswith((".", "/", "~"))):
+        return SplitSource("hub", dataset=dataset, subset=cfg.subset, name=name)
+    if not path.is_dir():
+        raise DataError(f"data folder not found: {dataset}")
     for stem in dict.fromkeys([split, name]):
         for suffix, builder in TABLE_FORMATS.items():
-            file = folder / f"{stem}{suffix}"
-            if file.is_file():
-                kwargs = {"delimiter": "\t"} if suffix == ".tsv" else {}
-                _check_utf8(file)  # arrow would fail later, without naming the line
-                try:
-                    return datasets.load_dataset(builder, data_files={"split": str(file)},
-                                                 split="split", **kwargs)
-                except Exception as e:  # datasets wraps parse errors in several types
-                    raise DataError(f"{file}: could not be read as {builder}: "
-                                    f"{first_line(e)}") from None
-        src_file, tgt_file = folder / f"{stem}.{cfg.src_lang}", folder / f"{stem}.{cfg.tgt_lang}"
-        if src_file.is_file() and tgt_file.is_file():
-            return read_parallel_text(src_file, tgt_file, cfg.src_lang, cfg.tgt_lang)
-    found = sorted(p.name for p in folder.iterdir())
-    raise DataError(f"no file for split '{split}' in {folder} (looked for {split}/{name} as "
+            if (path / f"{stem}{suffix}").is_file():
+                return SplitSource(builder, (path / f"{stem}{suffix}",), name=name)
+        pair = (path / f"{stem}.{cfg.src_lang}", path / f"{stem}.{cfg.tgt_lang}")
+        if all(file.is_file() for file in pair):
+            return SplitSource("text", pair, name=name)
+    found = sorted(p.name for p in path.iterdir())
+    raise DataError(f"no file for split '{split}' in {path} (looked for {split}/{name} as "
                     f".jsonl/.json/.parquet/.csv/.tsv or .{cfg.src_lang}+.{cfg.tgt_lang}); "
                     f"the folder has: {found}")
 
 
-def _load_hub(dataset: str, subset: str | None, name: str):
+def read_chunks(source: SplitSource, cfg: DataConfig, size: int = 10_000) -> Iterator[Chunk]:
+    """The split's rows in order, `size` at a time, streamed: never the whole split in memory."""
+    if source.kind == "jsonl":
+        with open(source.files[0], "rb") as f:
+            for n, lines in enumerate(iter(lambda: list(itertools.islice(f, size)), [])):
+                yield Chunk(source.where, 1 + n * size, lines=lines)
+    elif source.kind == "text":
+        yield from _text_chunks(*source.files, size)
+    else:
+        yield from _table_chunks(source, cfg, size)
+
+
+def _text_chunks(src_file: Path, tgt_file: Path, size: int) -> Iterator[Chunk]:
+    with open(src_file, "rb") as src_f, open(tgt_file, "rb") as tgt_f:
+        src, tgt = iter_lines(src_f, str(src_file)), iter_lines(tgt_f, str(tgt_file))
+        row, counts = 1, [0, 0]
+        while True:
+            chunk = Chunk(str(src_file), row, src=list(itertools.islice(src, size)),
+                          tgt=list(itertools.islice(tgt, size)))
+            counts = [counts[0] + len(chunk.src), counts[1] + len(chunk.tgt)]
+            if len(chunk.src) != len(chunk.tgt):
+                counts = [counts[0] + sum(1 for _ in src), counts[1] + sum(1 for _ in tgt)]
+                raise DataError(f"parallel files differ in length: {src_file} has {counts[0]} "
+                                f"lines, {tgt_file} has {counts[1]}")
+            if not chunk.src:
+                return
+            yield chunk
+            row += size
+
+
+def _table_chunks(source: SplitSource, cfg: DataConfig, size: int) -> Iterator[Chunk]:
+    """Rows of a table file or a hub dataset, streamed through `datasets`."""
+    import datasets
+
+    if source.kind == "hub":
+        try:
+            rows = datasets.load_dataset(source.dataset, source.subset, split=source.name,
+                                         streaming=True)
+            batches = iter(rows.iter(batch_size=size))
+            first = next(batches, None)
+        except Exception as e:
+            raise _hub_error(source, e) from None
+        batches = itertools.chain([first] if first else [], batches)
+    else:
+        if source.kind != "parquet":
+            _check_utf8(source.files[0])  # arrow would fail later, without naming the line
+        kwargs = {"delimiter": "\t"} if source.files[0].suffix == ".tsv" else {}
+        rows = datasets.load_dataset(source.kind, data_files={"split": str(source.files[0])},
+                                     split="split", streaming=True, **kwargs)
+        batches = rows.iter(batch_size=size)
+    row = 1
+    try:
+        for batch in batches:
+            src, tgt = _columns(batch, cfg, source.where)
+            yield Chunk(source.where, row, src=src, tgt=tgt)
+            row += len(src)
+    except DataError:
+        raise
+    except Exception as e:  # datasets wraps parse errors in several types
+        raise DataError(f"{source.where}: could not be read as {source.kind}: "
+                        f"{first_line(e)}") from None
+
+
+def _hub_error(source: SplitSource, e: Exception) -> DataError:
+    first = first_line(e)
+    if "split" in first.lower() and "unknown" in first.lower():
+        return DataError(f"{source.dataset}: {first}")
+    return DataError(
+        f"could not load '{source.dataset}' from the Hugging Face hub ({first}). Offline? Point "
+        f"at a local copy with `--data PATH` or the environment variable TRANSLATE_DATA=PATH.")
+
+
+def _columns(batch: dict, cfg: DataConfig, where: str) -> tuple[list, list]:
+    """A batch of table rows' (source, target) columns, flat or under 'translation'."""
+    if cfg.src_lang in batch and cfg.tgt_lang in batch:
+        return list(batch[cfg.src_lang]), list(batch[cfg.tgt_lang])
+    if "translation" in batch:
+        pairs = [pair_of(p if isinstance(p, dict) else {}, cfg.src_lang, cfg.tgt_lang, where)
+                 for p in batch["translation"]]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
+    raise DataError(f"{where}: need columns '{cfg.src_lang}' and '{cfg.tgt_lang}' (flat or under "
+                    f"'translation'); found {sorted(batch)}")
+
+
+def load_split(cfg: DataConfig, split: str) -> tuple[list[str], list[str]]:
+    """Return the (source, target) sentences of one split, named as in `cfg.splits`."""
+    src, tgt = [], []
+    for chunk in read_chunks(find_split(cfg, split), cfg):
+        s, t = parse_chunk(chunk, cfg.src_lang, cfg.tgt_lang)
+        src += s
+        tgt += t
+    return src, tgt
+
+
+def split_identity(source: SplitSource) -> dict:
+    """What a split's content is, for cache keys: each local file's size and SHA-256 (~0.7 s a
+    GB; a file touched but not changed keeps its key); for a hub dataset, its name, subset,
+    split and the builder's hash (the revision)."""
+    if source.kind != "hub":
+        return {"files": [_file_identity(f) for f in source.files]}
     import datasets
 
     try:
-        return datasets.load_dataset(dataset, subset, split=name)
+        builder = datasets.load_dataset_builder(source.dataset, source.subset)
     except Exception as e:
-        first = first_line(e)
-        if "split" in first.lower() and "unknown" in first.lower():
-            raise DataError(f"{dataset}: {first}") from None
-        raise DataError(
-            f"could not load '{dataset}' from the Hugging Face hub ({first}). Offline? Point at a "
-            f"local copy with `--data PATH` or the environment variable TRANSLATE_DATA=PATH.") from None
+        raise _hub_error(source, e) from None
+    return {"hub": source.dataset, "subset": source.subset, "split": source.name,
+            "hash": builder.hash, "version": str(builder.info.version)}
+
+
+def _file_identity(path: Path) -> dict:
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    return {"name": path.name, "size": path.stat().st_size, "sha256": digest}
 
 
 def read_lines(path: Path) -> list[str]:
     """Read a UTF-8 text file as lines, naming the file and line of any invalid byte."""
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    out = []
-    for number, line in enumerate(lines, 1):
-        try:
-            out.append(line.decode("utf-8").rstrip("\r"))
-        except UnicodeDecodeError as e:
-            raise DataError(f"{path}: line {number} is not valid UTF-8 ({e.reason} at byte "
-                            f"{e.start})") from None
-    return out
+    with open(path, "rb") as f:
+        return list(iter_lines(f, str(path)))
 
 
 def iter_lines(stream: BinaryIO, name: str) -> Iterator[str]:
@@ -122,184 +212,117 @@ def iter_lines(stream: BinaryIO, name: str) -> Iterator[str]:
 
 
 def _check_utf8(path: Path) -> None:
-    if path.suffix in (".jsonl", ".json", ".csv", ".tsv"):
-        try:
-            path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError:
-            read_lines(path)  # finds and names the line
-
-
-def read_parallel_text(src_file: Path, tgt_file: Path, src_lang: str, tgt_lang: str):
-    import datasets
-
-    src, tgt = read_lines(src_file), read_lines(tgt_file)
-    if len(src) != len(tgt):
-        raise DataError(f"parallel files differ in length: {src_file} has {len(src)} lines, "
-                        f"{tgt_file} has {len(tgt)}")
-    return datasets.Dataset.from_dict({src_lang: src, tgt_lang: tgt})
-
-
-def _columns(rows, cfg: DataConfig, where: str) -> tuple[list[str], list[str]]:
-    columns = rows.column_names
-    if cfg.src_lang in columns and cfg.tgt_lang in columns:
-        return list(rows[cfg.src_lang]), list(rows[cfg.tgt_lang])
-    if "translation" in columns:
-        pairs = rows["translation"]
-        if pairs and cfg.src_lang in pairs[0] and cfg.tgt_lang in pairs[0]:
-            return [p[cfg.src_lang] for p in pairs], [p[cfg.tgt_lang] for p in pairs]
-    raise DataError(f"{where}: need columns '{cfg.src_lang}' and '{cfg.tgt_lang}' (flat or under "
-                    f"'translation'); found {columns}")
+    """Read the file through, a line at a time, naming the first line that is not UTF-8."""
+    with open(path, "rb") as f:
+        for _ in iter_lines(f, str(path)):
+            pass
 
 
 # ---------------------------------------------------------------------------------------------
-# Cleaning and encoding
-
-
-@dataclass
-class CleanStats:
-    total: int = 0
-    empty: int = 0
-    no_letters: int = 0
-    too_long: int = 0
-    bad_ratio: int = 0
-
-    @property
-    def kept(self) -> int:
-        return self.total - self.empty - self.no_letters - self.too_long - self.bad_ratio
-
-
-def clean_text_pairs(src: Sequence[str], tgt: Sequence[str]) -> tuple[list[int], CleanStats]:
-    """Indices of usable training pairs: both sides non-empty and holding a letter or digit.
-
-    The letter rule drops pairs like Multi30k train's German lines that are just ``@@``.
-    """
-    stats = CleanStats(total=len(src))
-    keep = []
-    for i, (s, t) in enumerate(zip(src, tgt)):
-        if not s.strip() or not t.strip():
-            stats.empty += 1
-        elif not any(c.isalnum() for c in s) or not any(c.isalnum() for c in t):
-            stats.no_letters += 1
-        else:
-            keep.append(i)
-    return keep, stats
-
-
-CACHE_FORMAT = b"token-array-1"  # in the cache key: entries in another layout are never read
+# Encoded sentences
 
 
 class TokenArray:
-    """Sentences of token ids stored flat: one int32 array of every id and the offsets where each
-    sentence starts, so a corpus of millions of sentences is two tensors, not millions of them.
+    """Sentences of token ids stored flat: one array of every id, and where each sentence starts
+    and how long it is, so a corpus of millions of sentences is three arrays, not millions of
+    objects. `values` may be memory-mapped from disk (see `translate.corpus`).
 
     `array[i]` is sentence i (a view); `lengths` holds every sentence's length.
     """
 
-    def __init__(self, values: torch.Tensor, offsets: torch.Tensor):
-        self.values = values  # (total ids,) int32
-        self.offsets = offsets  # (n + 1,) int64: sentence i is values[offsets[i]:offsets[i + 1]]
+    def __init__(self, values: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
+        self.values = values  # (ids,) uint16 or int32
+        self.starts = starts  # (n,) int64: sentence i is values[starts[i]: starts[i] + lengths[i]]
+        self.lengths = lengths  # (n,) int32
 
     @classmethod
-    def from_lists(cls, seqs: Sequence[Sequence[int]]) -> "TokenArray":
-        lengths = torch.tensor([len(s) for s in seqs], dtype=torch.int64)
-        values = torch.tensor(list(itertools.chain.from_iterable(seqs)), dtype=torch.int32)
-        return cls(values, torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]))
+    def from_offsets(cls, values: np.ndarray, offsets: np.ndarray) -> "TokenArray":
+        """Sentences stored back to back: sentence i is values[offsets[i]:offsets[i + 1]]."""
+        return cls(values, offsets[:-1], np.diff(offsets).astype(np.int32))
 
     @classmethod
-    def encode(cls, encode: Callable[[Sequence[str]], list[list[int]]], texts: Sequence[str],
-               chunk: int = 50_000) -> "TokenArray":
-        """`encode(texts)` stored flat, `chunk` sentences at a time: the lists SentencePiece
-        returns never hold more than one chunk."""
-        parts = [cls.from_lists(encode(texts[i: i + chunk])) for i in range(0, len(texts), chunk)]
-        if not parts:
-            return cls.from_lists([])
-        lengths = torch.cat([part.lengths for part in parts])
-        return cls(torch.cat([part.values for part in parts]),
-                   torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]))
-
-    @property
-    def lengths(self) -> torch.Tensor:
-        return self.offsets[1:] - self.offsets[:-1]  # (n,)
+    def from_lists(cls, seqs: Sequence[Sequence[int]], dtype=np.int32) -> "TokenArray":
+        lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+        values = np.fromiter(itertools.chain.from_iterable(seqs), dtype=dtype,
+                             count=int(lengths.sum()))
+        return cls.from_offsets(values, np.concatenate([[0], np.cumsum(lengths)]))
 
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        return len(self.starts)
 
-    def __getitem__(self, i: int) -> torch.Tensor:
-        return self.values[self.offsets[i]: self.offsets[i + 1]]
+    def __getitem__(self, i: int) -> np.ndarray:
+        start = int(self.starts[i])
+        return self.values[start: start + int(self.lengths[i])]
 
-    def __iter__(self) -> Iterator[torch.Tensor]:
+    def __iter__(self) -> Iterator[np.ndarray]:
         return (self[i] for i in range(len(self)))
 
-    def is_whole(self) -> bool:
-        """Offsets that start at 0, never fall and end at the last id: what a reader can trust."""
-        o = self.offsets
-        return (self.values.dtype == torch.int32 and o.dtype == torch.int64 and o.dim() == 1
-                and len(o) > 0 and int(o[0]) == 0 and int(o[-1]) == len(self.values)
-                and bool((o[1:] >= o[:-1]).all()))
 
-    def select(self, keep: torch.Tensor) -> "TokenArray":
-        """The sentences at indices `keep` (in that order), as a new flat array."""
-        lengths = self.lengths[keep]
-        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
-        # each kept id's position in `values`: its sentence's start plus its place in the sentence
-        within = torch.arange(int(offsets[-1])) - torch.repeat_interleave(offsets[:-1], lengths)
-        starts = torch.repeat_interleave(self.offsets[:-1][keep], lengths)
-        return TokenArray(self.values[starts + within], offsets)
+@dataclass(frozen=True)
+class LengthFilter:
+    """The length rules for training pairs: at most `max_len` pieces a side, and a length ratio
+    of at most `max_ratio` (pairs of up to 8 pieces pass the ratio rule)."""
+
+    max_len: int
+    max_ratio: float
+
+    def too_long(self, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
+        return (src > self.max_len) | (tgt > self.max_len)
+
+    def bad_ratio(self, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
+        longer, shorter = np.maximum(src, tgt), np.minimum(src, tgt)
+        return ~self.too_long(src, tgt) & (longer > self.max_ratio * shorter) & (longer > 8)
+
+    def keeps(self, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
+        return ~(self.too_long(src, tgt) | self.bad_ratio(src, tgt))
 
 
 @dataclass
 class EncodedPairs:
-    """Token ids of a parallel corpus, both sides ending in EOS."""
+    """Token ids of a parallel corpus, both sides ending in EOS. With a `length_filter`, only the
+    pairs it keeps are used (batches hold indices into the whole arrays); nothing is copied."""
 
     src: TokenArray
     tgt: TokenArray
+    length_filter: Optional[LengthFilter] = None
+    kept: Optional[int] = None  # pairs the filter keeps
 
     def __len__(self) -> int:
-        return len(self.src)
+        return len(self.src) if self.kept is None else self.kept
+
+    def indices(self) -> np.ndarray:
+        """The usable pairs' indices."""
+        if self.length_filter is None:
+            return np.arange(len(self.src))
+        return np.flatnonzero(self.length_filter.keeps(self.src.lengths, self.tgt.lengths))
 
 
-def encode_pairs(tokenizer: Tokenizer, src: Sequence[str], tgt: Sequence[str],
-                 cache_dir: str | None = None) -> EncodedPairs:
-    """Encode with SentencePiece, reusing an earlier run's result when text and model match."""
-    digest = hashlib.sha256(CACHE_FORMAT)
-    for part in (tokenizer.src_model, tokenizer.tgt_model, "\n".join(src).encode(),
-                 b"\x00", "\n".join(tgt).encode()):
-        digest.update(part if isinstance(part, bytes) else part.encode())
-    root = Path(cache_dir or os.environ.get("TRANSLATE_CACHE", "~/.cache/translate")).expanduser()
-    file = root / "encoded" / f"{digest.hexdigest()[:32]}.pt"
-    if file.is_file():
-        try:
-            cached = torch.load(file, weights_only=True)
-            pairs = EncodedPairs(TokenArray(*cached["src"]), TokenArray(*cached["tgt"]))
-            if pairs.src.is_whole() and pairs.tgt.is_whole() and len(pairs.src) == len(src):
-                return pairs
-            raise ValueError("inconsistent arrays")
-        except Exception:  # a damaged cache entry is rebuilt, never trusted
-            log.warning("ignoring unreadable cache file %s", file)
-    encoded = EncodedPairs(TokenArray.encode(tokenizer.encode_src, src),
-                           TokenArray.encode(tokenizer.encode_tgt, tgt))
-    try:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = file.with_suffix(f".tmp{os.getpid()}")
-        torch.save({side: (array.values, array.offsets)
-                    for side, array in (("src", encoded.src), ("tgt", encoded.tgt))}, tmp)
-        os.replace(tmp, file)
-    except OSError as e:
-        log.warning("could not write the encoded-data cache (%s); continuing without it", e)
-    return encoded
+def encode_pairs(tokenizer: Tokenizer, src: Sequence[str], tgt: Sequence[str]) -> EncodedPairs:
+    """Encode sentences held in memory (a dev or test split); big corpora go through
+    `translate.corpus`, which encodes them once onto disk."""
+    return EncodedPairs(TokenArray.from_lists(tokenizer.encode_src(src)),
+                        TokenArray.from_lists(tokenizer.encode_tgt(tgt)))
 
 
 def filter_lengths(pairs: EncodedPairs, max_len: int, max_ratio: float,
                    stats: CleanStats) -> EncodedPairs:
-    """Drop training pairs longer than `max_len` pieces or with a length ratio over `max_ratio`."""
-    s, t = pairs.src.lengths, pairs.tgt.lengths  # (n,) each
-    too_long = (s > max_len) | (t > max_len)
-    longer, shorter = torch.maximum(s, t), torch.minimum(s, t)
-    bad_ratio = ~too_long & (longer > max_ratio * shorter) & (longer > 8)
-    stats.too_long += int(too_long.sum())
-    stats.bad_ratio += int(bad_ratio.sum())
-    keep = torch.nonzero(~(too_long | bad_ratio)).flatten()
-    return EncodedPairs(pairs.src.select(keep), pairs.tgt.select(keep))
+    """Use only training pairs of at most `max_len` pieces and a length ratio up to `max_ratio`;
+    count the others in `stats`."""
+    rule = LengthFilter(max_len, max_ratio)
+    kept = 0
+    for part in _chunked(len(pairs.src)):
+        src, tgt = pairs.src.lengths[part], pairs.tgt.lengths[part]
+        too_long, bad_ratio = rule.too_long(src, tgt), rule.bad_ratio(src, tgt)
+        stats.too_long += int(too_long.sum())
+        stats.bad_ratio += int(bad_ratio.sum())
+        kept += len(src) - int(too_long.sum()) - int(bad_ratio.sum())
+    return EncodedPairs(pairs.src, pairs.tgt, rule, kept)
+
+
+def _chunked(n: int, size: int = 1 << 20) -> Iterator[slice]:
+    """Slices covering range(n), `size` at a time: whole-corpus arrays are worked through in
+    parts, so temporaries stay small."""
+    return (slice(a, min(a + size, n)) for a in range(0, n, size))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,13 +344,15 @@ class Batch:
         return Batch(*(t.to(device, non_blocking=True) for t in tensors), self.num_tgt_tokens)
 
 
-def pad(seqs: Sequence[torch.Tensor], value: int = PAD) -> torch.Tensor:
-    """Right-pad 1-D tensors into a (B, L) int64 tensor."""
-    return torch.nn.utils.rnn.pad_sequence([s.long() for s in seqs], batch_first=True,
-                                           padding_value=value)
+def pad(seqs: Sequence, value: int = PAD) -> torch.Tensor:
+    """Right-pad 1-D id sequences (arrays, tensors or lists) into a (B, L) int64 tensor."""
+    out = np.full((len(seqs), max((len(s) for s in seqs), default=0)), value, dtype=np.int64)
+    for row, seq in zip(out, seqs):
+        row[:len(seq)] = seq
+    return torch.from_numpy(out)
 
 
-def collate(src: Sequence[torch.Tensor], tgt: Sequence[torch.Tensor]) -> Batch:
+def collate(src: Sequence, tgt: Sequence) -> Batch:
     tgt_out = pad(tgt)
     bos = torch.full((len(tgt), 1), BOS, dtype=torch.long)
     tgt_in = torch.cat([bos, tgt_out[:, :-1]], dim=1)
@@ -336,34 +361,93 @@ def collate(src: Sequence[torch.Tensor], tgt: Sequence[torch.Tensor]) -> Batch:
     return Batch(pad(src), tgt_in, tgt_out, int(sum(len(t) for t in tgt)))
 
 
-def token_batches(src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_tokens: int,
-                  shuffle: bool, seed: int = 0) -> list[list[int]]:
-    """Group indices of similar length so each batch holds about `max_tokens` padded tokens.
+class TokenBatches(Sequence):
+    """An epoch's batches: `batches[k]` is the k-th batch's pair indices. Stored as one sorted
+    order and the batches' bounds in it, so millions of pairs cost a few arrays, not lists."""
 
-    Each batch's cost is (number of sentences) x (longest source or target); with `shuffle` the
-    order within equal lengths and the order of batches are random (seeded), so every epoch differs.
+    def __init__(self, order: np.ndarray, bounds: np.ndarray, sequence: np.ndarray):
+        self.order = order  # (n,) pair indices, by length
+        self.bounds = bounds  # (batches + 1,) batch b is order[bounds[b]:bounds[b + 1]]
+        self.sequence = sequence  # (batches,) which batch comes k-th
+
+    def __len__(self) -> int:
+        return len(self.sequence)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        b = int(self.sequence[k])
+        return self.order[self.bounds[b]: self.bounds[b + 1]]
+
+
+def token_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: int,
+                  shuffle: bool, seed: int = 0,
+                  length_filter: Optional[LengthFilter] = None) -> TokenBatches:
+    """Group the pairs (those `length_filter` keeps) by length so each batch holds about
+    `max_tokens` padded tokens: a batch costs (its sentences) x (its longest source or target).
+
+    Pairs are ordered by target, then source length; with `shuffle` the order within equal
+    lengths and the order of the batches are random (seeded), so every epoch differs. Only the
+    length arrays are read, a part at a time: beyond them, a corpus of n pairs costs ~6n bytes.
     """
-    rng = random.Random(seed)
-    order = list(range(len(src_lengths)))
-    noise = [rng.random() for _ in order] if shuffle else [0.0] * len(order)
-    order.sort(key=lambda i: (tgt_lengths[i], src_lengths[i], noise[i]))
-    batches, current, longest = [], [], 0
-    for i in order:
-        size = max(src_lengths[i], tgt_lengths[i])
-        if current and max(longest, size) * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current, longest = [], 0
-        current.append(i)
-        longest = max(longest, size)
-    if current:
-        batches.append(current)
-    if shuffle:
-        rng.shuffle(batches)
-    return batches
+    src_lengths, tgt_lengths = np.asarray(src_lengths), np.asarray(tgt_lengths)
+    rng = np.random.default_rng(seed)
+    order, runs = _length_order(src_lengths, tgt_lengths, length_filter)
+    starts = np.cumsum(runs[:, 2]) - runs[:, 2]
+    if shuffle:  # ties in random order: each run of equal (target, source) lengths is shuffled
+        for start, count in zip(starts.tolist(), runs[:, 2].tolist()):
+            if count > 1:
+                rng.shuffle(order[start: start + count])
+    sizes = np.repeat(np.maximum(runs[:, 0], runs[:, 1]), runs[:, 2])  # (kept,) in order
+    bounds = [0]
+    while bounds[-1] < len(order):  # fill each batch greedily, a batch's worth at a time
+        start = bounds[-1]
+        window = sizes[start: start + max(1, max_tokens // max(1, int(sizes[start])))]
+        cost = np.maximum.accumulate(window) * np.arange(1, len(window) + 1)  # padded tokens
+        bounds.append(start + max(1, int(np.searchsorted(cost > max_tokens, True))))
+    sequence = np.arange(len(bounds) - 1)
+    return TokenBatches(order, np.array(bounds), rng.permutation(sequence) if shuffle else sequence)
+
+
+def _length_order(src: np.ndarray, tgt: np.ndarray,
+                  length_filter: Optional[LengthFilter]) -> tuple[np.ndarray, np.ndarray]:
+    """The kept pairs' indices sorted by (target, source) length, stable, and the runs of equal
+    lengths in that order as rows (target length, source length, count).
+
+    A counting sort over the (target, source) pairs of lengths: one pass counts them, a second
+    places each part's indices, so no temporary is as long as the corpus."""
+    width = int(max(src.max(initial=0), tgt.max(initial=0))) + 1
+
+    def keys(part: slice) -> tuple[np.ndarray, np.ndarray]:
+        s, t = src[part].astype(np.int64), tgt[part].astype(np.int64)
+        index = np.arange(part.start, part.stop)
+        if length_filter is not None:
+            kept = length_filter.keeps(s, t)
+            s, t, index = s[kept], t[kept], index[kept]
+        return t * width + s, index
+
+    seen = [np.unique(keys(part)[0], return_counts=True) for part in _chunked(len(src))]
+    found = np.concatenate([np.zeros(0, np.int64)] + [key for key, _ in seen])
+    values = np.unique(found)  # every (target, source) length pair present, as one key
+    counts = np.bincount(np.searchsorted(values, found), minlength=len(values),
+                         weights=np.concatenate([np.zeros(0)] + [n for _, n in seen])
+                         ).astype(np.int64)
+    order = np.empty(int(counts.sum()), np.int32 if len(src) < 2 ** 31 else np.int64)
+    fill = np.cumsum(counts) - counts  # where each length pair's next index goes
+    for part in _chunked(len(src)):
+        key, index = keys(part)
+        rank = np.searchsorted(values, key)
+        by_key = np.argsort(rank, kind="stable")
+        rank, index = rank[by_key], index[by_key]
+        within = np.arange(len(rank)) - np.searchsorted(rank, rank)  # place among equal keys
+        order[fill[rank] + within] = index
+        fill += np.bincount(rank, minlength=len(values))
+    runs = np.stack([values // width, values % width, counts], axis=1)
+    return order, runs
 
 
 def iterate_batches(pairs: EncodedPairs, max_tokens: int, shuffle: bool,
                     seed: int = 0) -> Iterator[Batch]:
-    lengths_src, lengths_tgt = pairs.src.lengths.tolist(), pairs.tgt.lengths.tolist()
-    for idx in token_batches(lengths_src, lengths_tgt, max_tokens, shuffle, seed):
+    for idx in token_batches(pairs.src.lengths, pairs.tgt.lengths, max_tokens, shuffle, seed,
+                             pairs.length_filter):
         yield collate([pairs.src[i] for i in idx], [pairs.tgt[i] for i in idx])

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import sacrebleu
 import torch
 from click.testing import CliRunner
 
@@ -39,13 +40,14 @@ def test_int8_model_scores_real_references_like_fp32(run, request, small_data):
 def test_decode_int8_through_the_cli(trained_run, small_data):
     lines = [json.loads(line)["en"] for line in (small_data / "test_2016_flickr.jsonl").open()][:12]
     runner = CliRunner()
-    fp32 = runner.invoke(main, ["decode", str(trained_run.run_dir), "--precision", "fp32"],
-                         input="\n".join(lines) + "\n")
-    int8 = runner.invoke(main, ["decode", str(trained_run.run_dir), "--precision", "int8",
-                                "--beam", "3"], input="\n".join(lines) + "\n")
+    fp32, int8 = (runner.invoke(main, ["decode", str(trained_run.run_dir), "--precision", precision,
+                                       "--beam", "3"], input="\n".join(lines) + "\n")
+                  for precision in ("fp32", "int8"))
     assert fp32.exit_code == 0 and int8.exit_code == 0, int8.output
     assert len(int8.stdout.splitlines()) == len(fp32.stdout.splitlines()) == 12
-    assert all(line.strip() for line in int8.stdout.splitlines())
+    # int8 tracks fp32 (a weak 300-step model's beam may end some sentences at once in both)
+    close = sacrebleu.corpus_chrf(int8.stdout.splitlines(), [fp32.stdout.splitlines()]).score
+    assert close > 60, (close, int8.stdout, fp32.stdout)
 
 
 def test_int8_is_for_decoding_on_the_cpu(recipe_path, small_data, tmp_path):

@@ -3,12 +3,13 @@
 import json
 import logging
 import shutil
+from dataclasses import replace
 
 import pytest
 import torch
 
 from conftest import TINY_OVERRIDES
-from translate.checkpoint import newest_checkpoint, read_checkpoint
+from translate.checkpoint import CheckpointError, newest_checkpoint, read_checkpoint
 from translate.config import load_recipe, load_run_recipe
 from translate.training import train
 
@@ -117,3 +118,15 @@ def test_resume_with_nothing_readable_names_the_folder(halfway, tmp_path):
         path.write_bytes(b"")
     with pytest.raises(ValueError, match=f"no readable checkpoint to resume from in {run}"):
         resume_tiny(run, STEPS)
+
+
+def test_resume_refuses_a_train_split_that_changed(halfway, data, tmp_path):
+    run = shutil.copytree(halfway, tmp_path / "run")
+    moved = shutil.copytree(data, tmp_path / "data")
+    cfg = load_run_recipe(run, [f"train.max_steps={STEPS}"])
+    cfg = replace(cfg, data=replace(cfg.data, dataset=str(moved)))  # as `--resume --data` does
+    train_file = moved / "train.jsonl"
+    train_file.write_text(train_file.read_text(encoding="utf-8").replace("Two young", "Two old", 1),
+                          encoding="utf-8")
+    with pytest.raises(CheckpointError, match="the train split is not the one this run was trained"):
+        train(cfg, run, device="cpu", progress=False, resume=True)

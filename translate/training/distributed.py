@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterable, Sequence, TypeVar
+from typing import Callable, Iterable, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -88,3 +88,35 @@ def from_main(value: T, world: World) -> T:
     box = [value if world.is_main else None]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+
+def on_main(work: Callable[[], T], world: World) -> T:
+    """`work()` done by rank 0 alone; every rank gets its result (picklable), or raises its
+    error, so no rank is left waiting in a collective when rank 0 fails."""
+    if world.size == 1:
+        return work()
+    result, error = _attempt(work) if world.is_main else (None, None)
+    result, error = from_main((result, error), world)
+    if error is not None:
+        raise error
+    return result
+
+
+def main_first(work: Callable[[], T], world: World) -> T:
+    """`work()` on rank 0, then on the other ranks, which may reuse what rank 0 wrote (an
+    encoded corpus). When it fails on rank 0, every rank raises rank 0's error."""
+    if world.size == 1:
+        return work()
+    result, error = _attempt(work) if world.is_main else (None, None)
+    error = from_main(error, world)
+    if error is not None:
+        raise error
+    return result if world.is_main else work()
+
+
+def _attempt(work: Callable[[], T]) -> tuple:
+    try:
+        return work(), None
+    except Exception as e:  # raised on every rank by the caller
+        return None, e

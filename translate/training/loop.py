@@ -18,7 +18,7 @@ from torch import nn
 from translate.checkpoint import (check_free_space, checkpoint_bytes, save_checkpoint,
                                   step_number, upgrade_state_dict)
 from translate.config import ConfigError, Recipe
-from translate.data import Batch, collate, load_split, token_batches
+from translate.data import Batch, TokenBatches, collate, load_split, token_batches
 from translate.engine import resolve_engine
 from translate.metrics import LogWindow, MetricsLog
 from translate.models import build_model, count_parameters
@@ -70,6 +70,7 @@ class Trainer:
         seed_everything(self.cfg.seed)
         self.engine = resolve_engine(self.cfg.engine, self.device)
         self.tokenizer, self.train_pairs, self.dev = data.tokenizer, data.train, data.dev
+        self.corpus_key = data.corpus_key
         model = build_model(recipe.model, self.tokenizer.src_vocab_size,
                             self.tokenizer.tgt_vocab_size, self.tokenizer.joint)
         self.model = self.engine.prepare(model.to(self.device))
@@ -122,7 +123,7 @@ class Trainer:
         self.bar.close()
         return self.step
 
-    def next_step(self, batches: list[list[int]]) -> bool:
+    def next_step(self, batches: TokenBatches) -> bool:
         """Train on the epoch's next batch group, then log, validate and save as due; True when
         a stopping rule fired."""
         cfg = self.cfg
@@ -164,11 +165,12 @@ class Trainer:
             return True
         return False
 
-    def epoch_batches(self) -> list[list[int]]:
-        """This epoch's batches (lists of pair indices), in the order the seed and epoch fix."""
-        return token_batches(self.train_pairs.src.lengths.tolist(),
-                             self.train_pairs.tgt.lengths.tolist(), self.cfg.max_tokens,
-                             shuffle=True, seed=self.cfg.seed * 1000 + self.epoch)
+    def epoch_batches(self) -> TokenBatches:
+        """This epoch's batches (arrays of pair indices), in the order the seed and epoch fix."""
+        pairs = self.train_pairs
+        return token_batches(pairs.src.lengths, pairs.tgt.lengths, self.cfg.max_tokens,
+                             shuffle=True, seed=self.cfg.seed * 1000 + self.epoch,
+                             length_filter=pairs.length_filter)
 
     def log_train(self, loss: float, tokens: int, seconds: float) -> None:
         """Add a step to the window; every `log_every` steps write its averages."""
@@ -300,7 +302,7 @@ class Trainer:
             "trainer": {"epoch": self.epoch, "position": self.position, "elapsed": self.elapsed,
                         "train_seconds": self.train_seconds, "best_bleu": self.best_bleu,
                         "bad_evals": self.bad_evals, "bad_losses": self.bad_losses,
-                        "window": asdict(self.window)},
+                        "window": asdict(self.window), "corpus": self.corpus_key},
         })
         if name.startswith("step_"):
             self.kept.append(path)
@@ -318,6 +320,10 @@ class Trainer:
         if data["scaler"]:
             self.scaler.load_state_dict(data["scaler"])
         state = data["trainer"]
+        if state.get("corpus", self.corpus_key) != self.corpus_key:
+            raise TrainingError("the train split is not the one this run was trained on (a file's "
+                                "size or content changed since the checkpoint); restore it, or "
+                                "start a new run to train on the new data")
         self.step = int(data["step"])
         self.epoch, self.position = state["epoch"], state["position"]
         self.elapsed, self.train_seconds = state["elapsed"], state["train_seconds"]

@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Optional
 
 from translate.config import Recipe
-from translate.data import (DataError, EncodedPairs, clean_text_pairs, encode_pairs,
-                            filter_lengths, load_split, resolve_dataset)
+from translate.corpus import encoded_corpus, sample_pairs
+from translate.data import DataError, EncodedPairs, encode_pairs, filter_lengths, load_split, \
+    resolve_dataset
+from translate.encoding import clean_text_pairs
 from translate.tokenizer import Tokenizer
-from translate.training.distributed import World, from_main
+from translate.training.distributed import World, main_first, on_main
 
 log = logging.getLogger(__name__)
 
@@ -30,37 +32,70 @@ class TrainingData:
     tokenizer: Tokenizer
     train: EncodedPairs
     dev: DevSplit
+    corpus_key: str = ""  # the encoded train split's content and tokenizer (translate.corpus)
 
 
 def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] = None,
-                 world: World = World()) -> TrainingData:
-    """Load and clean the train split; train the tokenizer and save it into `run_dir` unless one
-    is given (resuming); encode and length-filter; read the dev split. Across processes, rank 0
-    trains the tokenizer and every rank gets its models."""
+                 world: World = World(), progress: bool = False) -> TrainingData:
+    """Train the tokenizer on a sample of the train split and save it into `run_dir`, unless one
+    is given (resuming); encode the train split onto disk, or map an earlier encoding of it;
+    filter lengths; read the dev split. Across processes rank 0 does each piece of work first;
+    the other ranks get its tokenizer and map the corpus it wrote."""
     cfg = recipe.data
     log.info("dataset: %s (%s -> %s)", resolve_dataset(cfg), cfg.src_lang, cfg.tgt_lang)
-    src, tgt = load_split(cfg, "train")
-    keep, stats = clean_text_pairs(src, tgt)
-    if not keep:
+    if tokenizer is None:
+        tokenizer = on_main(lambda: train_tokenizer(recipe, run_dir), world)
+    log.info("tokenizer: %s %d pieces (%s)", recipe.tokenizer.model_type, tokenizer.tgt_vocab_size,
+             "joint" if tokenizer.joint else "separate vocabularies")
+    corpus = main_first(lambda: encoded_corpus(cfg, "train", tokenizer, cfg.num_proc, progress),
+                        world)
+    stats = corpus.stats
+    if not stats.kept:
         raise DataError(f"{resolve_dataset(cfg)}: the train split has no usable pairs "
                         f"({stats.total} read, {stats.empty} with an empty side, "
                         f"{stats.no_letters} without letters)")
-    src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
-    if tokenizer is None and world.is_main:
-        tokenizer = Tokenizer.train(src, tgt, recipe.tokenizer, recipe.train.seed)
-        tokenizer.save(run_dir, cfg.src_lang, cfg.tgt_lang)
-    tokenizer = from_main(tokenizer, world)  # the other ranks get rank 0's
-    log.info("tokenizer: %s %d pieces (%s)", recipe.tokenizer.model_type, tokenizer.tgt_vocab_size,
-             "joint" if tokenizer.joint else "separate vocabularies")
-    train = filter_lengths(encode_pairs(tokenizer, src, tgt, cfg.cache_dir), cfg.max_len,
-                           cfg.max_len_ratio, stats)
+    train = filter_lengths(corpus.pairs, cfg.max_len, cfg.max_len_ratio, stats)
     log.info("train pairs: %d read, %d kept (empty: %d, no letters: %d, over %d pieces: %d, "
              "length ratio over %.1f: %d)", stats.total, stats.kept, stats.empty, stats.no_letters,
              cfg.max_len, stats.too_long, cfg.max_len_ratio, stats.bad_ratio)
     if not len(train):
         raise DataError(f"{resolve_dataset(cfg)}: no training pair is left after cleaning and "
                         f"the length filter (data.max_len {cfg.max_len})")
-    return TrainingData(tokenizer, train, read_dev(recipe, tokenizer))
+    return TrainingData(tokenizer, train, read_dev(recipe, tokenizer), corpus.key)
+
+
+def train_tokenizer(recipe: Recipe, run_dir: Path) -> Tokenizer:
+    """SentencePiece trained on up to `tokenizer.max_sentences` sentences drawn from the train
+    split (or the recipe's `tokenizer.model`), saved into `run_dir`."""
+    cfg, tok = recipe.data, recipe.tokenizer
+    if tok.model:
+        tokenizer = given_tokenizer(tok.model, tok.joint)
+        tokenizer.save(run_dir, cfg.src_lang, cfg.tgt_lang)
+        return tokenizer
+    src, tgt, stats = sample_pairs(cfg, "train", tok.max_sentences // (2 if tok.joint else 1),
+                                   recipe.train.seed)
+    if not src:
+        raise DataError(f"{resolve_dataset(cfg)}: the train split has no usable pairs "
+                        f"({stats.total} read, {stats.empty} with an empty side, "
+                        f"{stats.no_letters} without letters)")
+    tokenizer = Tokenizer.train(src, tgt, tok, recipe.train.seed)
+    tokenizer.save(run_dir, cfg.src_lang, cfg.tgt_lang)
+    return tokenizer
+
+
+def given_tokenizer(path: str, joint: bool) -> Tokenizer:
+    """The SentencePiece model a recipe names, as a joint tokenizer."""
+    file = Path(path).expanduser()
+    if not joint:
+        raise DataError("tokenizer.model gives one vocabulary for both languages; set "
+                        "tokenizer.joint: true")
+    try:
+        model = file.read_bytes()
+        return Tokenizer(model, model)
+    except OSError as e:
+        raise DataError(f"tokenizer.model: cannot read {file} ({e.strerror})") from None
+    except RuntimeError:
+        raise DataError(f"tokenizer.model: {file} is not a SentencePiece model") from None
 
 
 def read_dev(recipe: Recipe, tokenizer: Tokenizer) -> DevSplit:
@@ -69,4 +104,4 @@ def read_dev(recipe: Recipe, tokenizer: Tokenizer) -> DevSplit:
     src, tgt = load_split(cfg, "dev")
     keep, _ = clean_text_pairs(src, tgt)
     src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
-    return DevSplit(src, tgt, encode_pairs(tokenizer, src, tgt, cfg.cache_dir))
+    return DevSplit(src, tgt, encode_pairs(tokenizer, src, tgt))

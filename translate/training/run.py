@@ -48,7 +48,7 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
     if world.is_main:
         save_recipe(recipe, run_dir / "recipe.yaml")
     with _log_file(run_dir / "train.log", world.is_main):
-        data = prepare_data(recipe, run_dir, tokenizer, world)
+        data = prepare_data(recipe, run_dir, tokenizer, world, progress)
         metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=world.is_main)
         try:
             trainer = Trainer(recipe, run_dir, data, metrics, device, progress, world)

@@ -23,8 +23,7 @@ def dev_loss(model: nn.Module, pairs: EncodedPairs, max_tokens: int, device: tor
     """Mean negative log-likelihood per target token (no label smoothing)."""
     model.eval()
     nll, tokens = 0.0, 0
-    for idx in token_batches(pairs.src.lengths.tolist(), pairs.tgt.lengths.tolist(),
-                             max_tokens, shuffle=False):
+    for idx in token_batches(pairs.src.lengths, pairs.tgt.lengths, max_tokens, shuffle=False):
         batch = collate([pairs.src[i] for i in idx], [pairs.tgt[i] for i in idx]).to(device)
         with autocast(device, precision):
             logits = model(batch.src, batch.tgt_in)  # (B, T, V)
