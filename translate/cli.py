@@ -93,7 +93,8 @@ def train(recipe, overrides, run_dir, resume_dir, data_path, device, no_progress
     except RankFailed as e:
         _fail_together(e)
     except Interrupted as e:
-        click.echo(str(e), err=True)
+        if current_rank() == 0:  # the rank that saved the checkpoint says so
+            click.echo(str(e), err=True)
         sys.exit(128 + e.signum)
     except USER_ERRORS as e:
         _fail(e)
