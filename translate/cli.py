@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -16,12 +17,24 @@ from translate.checkpoint import CheckpointError
 from translate.config import RESUME_KEYS, ConfigError
 from translate.data import DataError
 from translate.training import TrainingError
+from translate.training.distributed import RankFailed, current_rank
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, TrainingError, ValueError, OSError)
 
 
 def _fail(error: Exception) -> None:
-    raise click.ClickException(str(error)) from None
+    """Exit with `error` as one `Error:` line, which names the rank of a torchrun run (not 0)."""
+    rank = current_rank()
+    _exiting()
+    raise click.ClickException(f"rank {rank}: {error}" if rank else str(error)) from None
+
+
+def _exiting() -> None:
+    """Before a failing process exits under torchrun, ignore the SIGTERM torchrun sends every
+    process once one has exited: this one is exiting already, and its message and exit code must
+    not be cut short."""
+    if os.environ.get("TORCHELASTIC_RUN_ID"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 engine_option = click.option(
@@ -64,27 +77,24 @@ def train(recipe, overrides, run_dir, resume_dir, data_path, device, no_progress
     `translate train --resume RUN_DIR` goes on from there, as does a run killed outright, from
     its newest checkpoint (last.pt every train.save_every steps, step_N.pt at validation).
     """
-    from translate.config import load_recipe
     from translate.training import Interrupted, train as run_training
+    from translate.training.distributed import join, together
+    from translate.utils import pick_device
 
     try:
         if data_path:
             os.environ.pop("TRANSLATE_DATA", None)
-        if resume_dir:
-            if recipe or run_dir:
-                raise click.UsageError("--resume RUN_DIR takes no RECIPE and no --run-dir: the "
-                                       "run folder holds its recipe")
-            cfg, run_dir = _resume_recipe(resume_dir, overrides, data_path), Path(resume_dir)
-        elif recipe:
-            data = [f"data.dataset={data_path}"] if data_path else []
-            cfg = load_recipe(recipe, (*overrides, *data))
-            run_dir = Path(run_dir or f"runs/{Path(recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
-        else:
-            raise click.UsageError("give a RECIPE, or --resume RUN_DIR")
+        # Under torchrun the processes join first, so that one that cannot read the recipe or
+        # the run folder fails them all, with one message.
+        with together(join(pick_device(device))):
+            cfg, run_dir = _train_recipe(recipe, overrides, run_dir, resume_dir, data_path)
         result = run_training(cfg, run_dir, device, progress=not no_progress,
                               resume=bool(resume_dir))
+    except RankFailed as e:
+        _fail_together(e)
     except Interrupted as e:
-        click.echo(str(e), err=True)
+        if current_rank() == 0:  # the rank that saved the checkpoint says so
+            click.echo(str(e), err=True)
         sys.exit(128 + e.signum)
     except USER_ERRORS as e:
         _fail(e)
@@ -95,6 +105,39 @@ def train(recipe, overrides, run_dir, resume_dir, data_path, device, no_progress
     for split, scores in result.test_scores.items():
         click.echo(f"\n== {split} ==\n{scores.summary()}")
     click.echo(f"\nrun folder: {result.run_dir}")
+
+
+def _train_recipe(recipe: str | None, overrides: tuple, run_dir: str | None,
+                  resume_dir: str | None, data_path: str | None):
+    """The recipe and run folder `translate train`'s arguments name."""
+    from translate.config import load_recipe
+
+    if resume_dir:
+        if recipe or run_dir:
+            raise click.UsageError("--resume RUN_DIR takes no RECIPE and no --run-dir: the "
+                                   "run folder holds its recipe")
+        return _resume_recipe(resume_dir, overrides, data_path), Path(resume_dir)
+    if not recipe:
+        raise click.UsageError("give a RECIPE, or --resume RUN_DIR")
+    data = [f"data.dataset={data_path}"] if data_path else []
+    run_dir = run_dir or f"runs/{Path(recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return load_recipe(recipe, (*overrides, *data)), Path(run_dir)
+
+
+def _fail_together(error: RankFailed) -> None:
+    """A failure the processes of a torchrun run agreed on, reported once, by rank 0: its own
+    error as a lone process would, or the failing rank's message. A bug keeps its traceback,
+    on the rank it happened on; the other ranks exit quietly."""
+    own = error.__cause__  # this rank's own error, when it failed
+    rank = current_rank()
+    _exiting()
+    if own is not None and not isinstance(own, (*USER_ERRORS, click.ClickException)):
+        raise own from None
+    if rank != 0:
+        sys.exit(1)
+    if isinstance(own, click.ClickException):
+        raise own from None
+    _fail(own or error)
 
 
 def _resume_recipe(run_dir: str, overrides: tuple, data_path: str | None):

@@ -107,9 +107,10 @@ def autocast(device: torch.device, precision: str):
 
 
 @contextlib.contextmanager
-def stop_signals():
+def stop_signals(announce: bool = True):
     """Within the block, SIGINT and SIGTERM only append their number to the yielded list, so the
-    loop can save a checkpoint and stop cleanly; the old handlers come back afterwards."""
+    loop can save a checkpoint and stop cleanly (saying so when `announce`); the old handlers
+    come back afterwards."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():  # signals need the main thread
         yield received
@@ -117,8 +118,9 @@ def stop_signals():
 
     def handler(signum, frame):
         received.append(signum)
-        print(f"{signal.Signals(signum).name} received: saving a checkpoint after this step",
-              file=sys.stderr, flush=True)
+        if announce:
+            print(f"{signal.Signals(signum).name} received: saving a checkpoint after this step",
+                  file=sys.stderr, flush=True)
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -4,19 +4,51 @@ Every rank builds the same seeded batch order and takes its share of each optimi
 batches (`World.share`). Target-token counts and gradients are then summed across ranks, not
 averaged, so the update equals the one a single process makes with all of the step's batches
 (gradient accumulation). In a lone process every function here is a no-op.
+
+Failures end every rank. While the run starts, ranks work `together`: a rank that fails there
+still takes part in one agreement, so every rank raises `RankFailed` with the first failing
+rank's message. Later, a rank that dies or stops answering makes the others' next collective
+raise `LostRank` (at once when its process is gone, else after TRANSLATE_DIST_TIMEOUT seconds).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence, TypeVar
+from datetime import timedelta
+from typing import Callable, Iterable, Iterator, Optional, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from translate.config import ConfigError
+from translate.utils import first_line
+
 T = TypeVar("T")
+DEFAULT_TIMEOUT = 1800  # seconds a collective waits for the other ranks: torch's gloo default
+
+
+class RankFailed(Exception):
+    """Raised on every rank when some rank failed in a `together` block; on a rank that failed
+    itself, `__cause__` is its own error."""
+
+    def __init__(self, rank: int, message: str):
+        self.rank = rank
+        super().__init__(f"rank {rank}: {message}" if rank else message)
+
+
+class LostRank(ConnectionError):
+    """A collective failed: another rank's process ended, or it did not answer in time."""
+
+    def __init__(self, cause: BaseException):
+        detail = re.sub(r"^\[[^\]]*\]\s*", "", first_line(cause)).split(". ")[0]
+        super().__init__(f"lost contact with another process of the run (it stopped, crashed, or "
+                         f"did not answer for {timeout_seconds():g} s: TRANSLATE_DIST_TIMEOUT); "
+                         f"its own message or torchrun's summary says why [{detail}]")
 
 
 @dataclass(frozen=True)
@@ -36,12 +68,53 @@ class World:
 
 def join(device: torch.device) -> World:
     """The world torchrun describes in the environment (RANK, WORLD_SIZE, MASTER_ADDR, ...),
-    joined over gloo on the CPU and NCCL on CUDA; a lone process when there is none."""
+    joined over gloo on the CPU and NCCL on CUDA; a lone process when there is none.
+
+    A collective waits TRANSLATE_DIST_TIMEOUT seconds (default 1800) for the other ranks, then
+    raises `LostRank`: raise it when rank 0's validation alone takes longer.
+    """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return World()
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                timeout=timedelta(seconds=timeout_seconds()))
+        atexit.register(_leave)
     return World(dist.get_rank(), dist.get_world_size())
+
+
+def timeout_seconds() -> float:
+    """TRANSLATE_DIST_TIMEOUT, checked: seconds a collective waits for the other ranks."""
+    text = os.environ.get("TRANSLATE_DIST_TIMEOUT", str(DEFAULT_TIMEOUT))
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ConfigError(f"TRANSLATE_DIST_TIMEOUT ({text!r}) must be a number of seconds > 0")
+    return seconds
+
+
+def current_rank() -> int:
+    """This process's rank in the joined world; 0 when it is alone."""
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _leave() -> None:
+    """Leave a gloo world as the process exits (the ranks exit in any order, say after a
+    failure): left to interpreter shutdown, gloo's threads may abort the process. NCCL's is left
+    to torch, as shutting it down is a collective in some NCCL versions."""
+    if dist.is_initialized() and dist.get_backend() == "gloo":
+        dist.destroy_process_group()
+
+
+@contextmanager
+def _collective() -> Iterator[None]:
+    """Turn the error of a collective that another rank left (gloo and NCCL raise RuntimeError)
+    into `LostRank`, which says so."""
+    try:
+        yield
+    except RuntimeError as e:
+        raise LostRank(e) from e
 
 
 def all_sum(values: Sequence[float], world: World, device: torch.device) -> list[float]:
@@ -49,7 +122,8 @@ def all_sum(values: Sequence[float], world: World, device: torch.device) -> list
     if world.size == 1:
         return list(values)
     summed = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(summed)
+    with _collective():
+        dist.all_reduce(summed)
     return summed.tolist()
 
 
@@ -61,7 +135,8 @@ def sum_gradients(parameters: Iterable[nn.Parameter], world: World) -> None:
     params = [p for p in parameters if p.requires_grad]
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = torch._utils._flatten_dense_tensors(grads)
-    dist.all_reduce(flat)
+    with _collective():
+        dist.all_reduce(flat)
     for param, summed in zip(params, torch._utils._unflatten_dense_tensors(flat, grads)):
         param.grad = summed
 
@@ -82,41 +157,58 @@ def any_rank(flag: bool, world: World, device: torch.device) -> bool:
 
 
 def from_main(value: T, world: World) -> T:
-    """Rank 0's `value` (any picklable object), on every rank."""
+    """Rank 0's `value` (any picklable object), on every rank.
+
+    Inside a `together` block a rank may have failed before this point and be waiting in the
+    block's agreement instead: so ranks first agree that none has (`settle`).
+    """
     if world.size == 1:
         return value
+    settle(None, world)
     box = [value if world.is_main else None]
-    dist.broadcast_object_list(box, src=0)
+    with _collective():
+        dist.broadcast_object_list(box, src=0)
     return box[0]
 
 
-
 def on_main(work: Callable[[], T], world: World) -> T:
-    """`work()` done by rank 0 alone; every rank gets its result (picklable), or raises its
-    error, so no rank is left waiting in a collective when rank 0 fails."""
-    if world.size == 1:
-        return work()
-    result, error = _attempt(work) if world.is_main else (None, None)
-    result, error = from_main((result, error), world)
-    if error is not None:
-        raise error
-    return result
+    """`work()` done by rank 0 alone (training the tokenizer); every rank gets its result."""
+    return from_main(work() if world.is_main else None, world)
 
 
 def main_first(work: Callable[[], T], world: World) -> T:
     """`work()` on rank 0, then on the other ranks, which may reuse what rank 0 wrote (an
-    encoded corpus). When it fails on rank 0, every rank raises rank 0's error."""
-    if world.size == 1:
-        return work()
-    result, error = _attempt(work) if world.is_main else (None, None)
-    error = from_main(error, world)
-    if error is not None:
-        raise error
+    encoded corpus) and wait for it in `from_main`. Within `together`, rank 0 failing fails
+    them all there."""
+    result = work() if world.is_main else None
+    from_main(None, world)
     return result if world.is_main else work()
 
 
-def _attempt(work: Callable[[], T]) -> tuple:
+def settle(error: Optional[BaseException], world: World) -> None:
+    """Every rank says whether it failed (`error`); when some rank did, raise `RankFailed` with
+    the lowest failing rank's message (its first line) on every rank."""
+    if world.size == 1:
+        if error is not None:
+            raise error
+        return
+    messages: list[Optional[str]] = [None] * world.size
+    with _collective():
+        dist.all_gather_object(messages, None if error is None else first_line(error))
+    failed = [(rank, message) for rank, message in enumerate(messages) if message is not None]
+    if failed:
+        raise RankFailed(*failed[0]) from error
+
+
+@contextmanager
+def together(world: World) -> Iterator[None]:
+    """Run the block on every rank; when it raises on any rank, every rank raises `RankFailed`
+    (a lone process, the error itself). The block's only collectives must be `from_main`'s,
+    which agree first, so that a rank failing before one does not leave the others waiting."""
     try:
-        return work(), None
-    except Exception as e:  # raised on every rank by the caller
-        return None, e
+        yield
+    except (RankFailed, LostRank):
+        raise  # agreed inside the block, by from_main; or no agreement can be had
+    except Exception as error:
+        settle(error, world)
+    settle(None, world)

@@ -43,7 +43,7 @@ class Interrupted(Exception):
     def __init__(self, signum: int, step: int, checkpoint: Path):
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
         name = signal.Signals(signum).name
-        super().__init__(f"{name} received: stopped at step {step} and saved {checkpoint}\n"
+        super().__init__(f"{name} received: stopped at step {step} and saved {checkpoint}; "
                          f"resume with: translate train --resume {checkpoint.parent}")
 
 
@@ -108,7 +108,7 @@ class Trainer:
         self.start = time.perf_counter() - self.elapsed  # a resumed run counts the time spent
         self.last_eval = time.perf_counter()
         stop = False
-        with stop_signals() as received:
+        with stop_signals(announce=self.world.is_main) as received:
             while not stop:
                 if self.position == 0:
                     self.epoch += 1

@@ -4,7 +4,7 @@ the test splits' translations)."""
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
@@ -15,7 +15,7 @@ from translate.data import load_split
 from translate.evaluation import evaluate_split
 from translate.metrics import MetricsLog
 from translate.training.checkpoints import resume_point
-from translate.training.distributed import join
+from translate.training.distributed import World, join, together
 from translate.training.loop import Trainer
 from translate.training.prepare import prepare_data
 from translate.utils import first_line, pick_device
@@ -37,9 +37,25 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
     """Train a model as the recipe says, then score the best checkpoint on the test splits.
 
     With `resume`, continue the run in `run_dir` from its newest readable checkpoint instead;
-    `recipe` is then the run's own (see `config.load_run_recipe`).
+    `recipe` is then the run's own (see `config.load_run_recipe`). Under torchrun, a failure
+    while the run starts, on any rank, raises `RankFailed` on every rank.
     """
     world = join(pick_device(device))  # several processes under torchrun, else one
+    with ExitStack() as cleanup:
+        with together(world):
+            trainer = _start(recipe, run_dir, device, progress, resume, world, cleanup)
+        steps = trainer.run()
+        if not world.is_main:  # rank 0 scores the test splits and reports
+            return TrainResult(run_dir, run_dir / "best.pt", -1, steps, -1.0, main=False)
+        best = load_checkpoint(run_dir / "best.pt", trainer.device)
+        scores = test_scores(best, trainer, progress)
+    return TrainResult(run_dir, run_dir / "best.pt", best.step, steps, trainer.best_bleu, scores)
+
+
+def _start(recipe: Recipe, run_dir: Path, device: Optional[str], progress: bool, resume: bool,
+           world: World, cleanup: ExitStack) -> Trainer:
+    """Check the run folder, find the resume point, prepare the data and build the Trainer
+    (restored when resuming); `cleanup` closes the log file and the metrics log afterwards."""
     if world.is_main:
         check_writable(run_dir)
     checkpoint, tokenizer = None, None
@@ -47,21 +63,14 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
         path, checkpoint, tokenizer = resume_point(run_dir, recipe, clean=world.is_main)
     if world.is_main:
         save_recipe(recipe, run_dir / "recipe.yaml")
-    with _log_file(run_dir / "train.log", world.is_main):
-        data = prepare_data(recipe, run_dir, tokenizer, world, progress)
-        metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=world.is_main)
-        try:
-            trainer = Trainer(recipe, run_dir, data, metrics, device, progress, world)
-            if checkpoint is not None:
-                _restore(trainer, path, checkpoint)
-            steps = trainer.run()
-            if not world.is_main:  # rank 0 scores the test splits and reports
-                return TrainResult(run_dir, run_dir / "best.pt", -1, steps, -1.0, main=False)
-            best = load_checkpoint(run_dir / "best.pt", trainer.device)
-            scores = test_scores(best, trainer, progress)
-        finally:
-            metrics.close()
-    return TrainResult(run_dir, run_dir / "best.pt", best.step, steps, trainer.best_bleu, scores)
+    cleanup.enter_context(_log_file(run_dir / "train.log", world.is_main))
+    data = prepare_data(recipe, run_dir, tokenizer, world, progress)
+    metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=world.is_main)
+    cleanup.callback(metrics.close)
+    trainer = Trainer(recipe, run_dir, data, metrics, device, progress, world)
+    if checkpoint is not None:
+        _restore(trainer, path, checkpoint)
+    return trainer
 
 
 def _restore(trainer: Trainer, path: Path, checkpoint: dict) -> None:

@@ -1,0 +1,161 @@
+"""Under torchrun, a failure ends every rank, clearly and without a hang: a rank that cannot read
+the data or the recipe fails them all with one line; a rank that dies, raises or stops answering
+mid-training ends the run; Ctrl-C saves last.pt once, and the run resumes from it."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_distributed import free_port, sets, torchrun
+from translate.checkpoint import read_checkpoint
+from translate.config import ConfigError
+from translate.training.distributed import (RankFailed, World, settle, timeout_seconds,
+                                            together)
+
+REPO = Path(__file__).resolve().parents[2]
+FAULTY = Path(__file__).resolve().with_name("faulty_rank.py")
+# No validation, test decode or periodic save: the run trains until a fault or signal ends it.
+ENDLESS = ["train.max_steps=100000", "train.eval_every=0", "train.save_every=0",
+           "train.log_every=5", "data.test_splits=[]"]
+LIMIT = 60  # seconds a failing run may take to end, start-up included
+
+
+def start(args: list[str], cwd: Path, **env: str) -> subprocess.Popen:
+    """torchrun --nproc_per_node 2 ARGS in its own process group, as a terminal starts it;
+    stdout and stderr together."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *args]
+    env = {**{k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")},
+           "PYTHONPATH": str(REPO), **env}
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen) -> str:
+    """The run's output once torchrun has ended, within LIMIT seconds: else the test fails, and
+    torchrun and its workers (each in a session of its own) are killed."""
+    try:
+        return proc.communicate(timeout=LIMIT)[0]
+    except subprocess.TimeoutExpired:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        for pid in children:
+            os.killpg(int(pid), signal.SIGKILL)
+        proc.kill()
+        pytest.fail(f"torchrun still running after {LIMIT} s:\n{proc.communicate()[0][-3000:]}")
+
+
+def train_with_fault(fault: str, recipe: Path, data: Path, run_dir: Path, **env: str
+                     ) -> tuple[int, str]:
+    """`translate train` under torchrun with FAULT on rank 1 (faulty_rank.py): exit code, output."""
+    proc = start([str(FAULTY), "train", str(recipe), "--data", str(data), "--run-dir",
+                  str(run_dir), "--no-progress", *sets(*ENDLESS)], run_dir.parent,
+                 FAULT=fault, **env)
+    out = finish(proc)
+    return proc.returncode, out
+
+
+def error_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("Error:")]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_without_the_data_fails_every_rank_with_one_line(rank, recipe_path, small_data,
+                                                                tmp_path):
+    """Rank 0 fails before it shares the tokenizer, rank 1 while rank 0 trains it: either way
+    the other rank does not wait forever, and rank 0 alone reports, naming the rank."""
+    code, out = train_with_fault(f"hide:{small_data}", recipe_path, small_data, tmp_path / "run",
+                                 FAULT_RANK=str(rank))
+    who = f"rank {rank}: " if rank else ""
+    assert code != 0
+    assert error_lines(out) == [f"Error: {who}data folder not found: {small_data}.hidden"], out
+    assert out.count("exitcode  : 1 ") == 2, out  # torchrun's summary: both ranks exited with 1
+    assert "[rank0]" not in out and "[rank1]" not in out, out  # no traceback from a rank
+
+
+@pytest.mark.slow
+def test_a_rank_without_the_recipe_fails_every_rank_with_one_line(recipe_path, small_data,
+                                                                   tmp_path):
+    """The recipe is read before the run starts, but under the same agreement."""
+    code, out = train_with_fault(f"hide:{recipe_path}", recipe_path, small_data, tmp_path / "run")
+    assert code != 0
+    assert error_lines(out) == [f"Error: rank 1: recipe not found: {recipe_path}.hidden"], out
+    assert out.count("exitcode  : 1 ") == 2, out
+
+
+def test_a_rank_killed_mid_training_ends_the_run(recipe_path, small_data, tmp_path):
+    code, out = train_with_fault("kill:3", recipe_path, small_data, tmp_path / "run")
+    assert code != 0
+    assert "Signal 9 (SIGKILL)" in out, out  # torchrun's summary names the killed rank
+    (line,) = error_lines(out)  # rank 0's
+    assert line.startswith("Error: lost contact with another process of the run"), out
+    assert "[rank0]" not in out, out  # no traceback from rank 0
+
+
+@pytest.mark.slow
+def test_an_error_on_one_rank_mid_training_ends_the_run(recipe_path, small_data, tmp_path):
+    code, out = train_with_fault("raise:3", recipe_path, small_data, tmp_path / "run")
+    assert code != 0
+    assert "Error: rank 1: injected failure at step 4" in error_lines(out), out
+    assert any(line.startswith("Error: lost contact") for line in error_lines(out)), out
+
+
+def test_a_rank_that_stops_answering_times_out(recipe_path, small_data, tmp_path):
+    """Its process lives on, so torchrun sees nothing wrong: the collective's timeout ends the
+    run (TRANSLATE_DIST_TIMEOUT)."""
+    code, out = train_with_fault("hang:3", recipe_path, small_data, tmp_path / "run",
+                                 TRANSLATE_DIST_TIMEOUT="4")
+    assert code != 0
+    assert any(line.startswith("Error: lost contact with another process of the run (it "
+                               "stopped, crashed, or did not answer for 4 s") for line in
+               error_lines(out)), out
+
+
+def test_ctrl_c_saves_once_and_the_run_resumes(recipe_path, small_data, tmp_path):
+    """SIGINT to torchrun's process group, as a terminal sends it: torchrun passes it to every
+    rank; they agree on the step, rank 0 saves last.pt and says so once."""
+    run = tmp_path / "run"
+    proc = start(["-m", "translate", "train", str(recipe_path), "--data", str(small_data),
+                  "--run-dir", str(run), "--no-progress", *sets(*ENDLESS)], tmp_path)
+    deadline = time.monotonic() + LIMIT
+    while not (run / "metrics.jsonl").is_file() and time.monotonic() < deadline:
+        time.sleep(0.2)  # rank 0 writes the first train record at step 5
+    os.killpg(proc.pid, signal.SIGINT)
+    out = finish(proc)
+    assert proc.returncode != 0
+    step = read_checkpoint(run / "last.pt")["step"]
+    assert step >= 5
+    said = (f"SIGINT received: stopped at step {step} and saved {run / 'last.pt'}; resume with: "
+            f"translate train --resume {run}")
+    assert out.count(said) == 1 and out.count("SIGINT received: saving a checkpoint") == 1, out
+    out = torchrun(small_data, tmp_path, "train", "--resume", str(run),
+                   "--set", f"train.max_steps={step + 5}")
+    assert f"resuming from {run / 'last.pt'}: step {step}" in out
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "valid"] == [step + 5]
+
+
+def test_a_lone_process_keeps_its_own_error():
+    with pytest.raises(KeyError):
+        with together(World()):
+            raise KeyError("x")
+    settle(None, World())  # nothing failed: nothing to agree on
+
+
+def test_a_failure_names_the_rank_unless_it_is_rank_0():
+    assert str(RankFailed(1, "data folder not found: /x")) == "rank 1: data folder not found: /x"
+    assert str(RankFailed(0, "data folder not found: /x")) == "data folder not found: /x"
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon"])
+def test_the_collective_timeout_must_be_positive_seconds(value, monkeypatch):
+    monkeypatch.setenv("TRANSLATE_DIST_TIMEOUT", value)
+    with pytest.raises(ConfigError, match="TRANSLATE_DIST_TIMEOUT"):
+        timeout_seconds()
+    monkeypatch.setenv("TRANSLATE_DIST_TIMEOUT", "2.5")
+    assert timeout_seconds() == 2.5
