@@ -114,7 +114,7 @@ class Trainer:
                 batches = self.epoch_batches()
                 while self.position < len(batches) and not stop:
                     stop = self.next_step(batches)
-                    if any_rank(bool(received), self.world, self.device):
+                    if any_rank(bool(received), self.world):
                         signum = received[0] if received else signal.SIGTERM
                         raise Interrupted(signum, self.step, self.save("last.pt"))
                 if not stop:
@@ -146,9 +146,9 @@ class Trainer:
         out_of_steps = cfg.max_steps and self.step >= cfg.max_steps
         due = (cfg.eval_every and self.step % cfg.eval_every == 0) or (
             cfg.eval_every_minutes and now - self.last_eval >= cfg.eval_every_minutes * 60)
-        due, stop = agree([due, out_of_time or out_of_steps], self.world, self.device)
+        due, stop = agree([due, out_of_time or out_of_steps], self.world)
         if due or stop:
-            stop = agree([self.validate()], self.world, self.device)[0] or stop
+            stop = agree([self.validate()], self.world)[0] or stop
             self.last_eval = time.perf_counter()
             self.last_eval_seconds = self.last_eval - now
         elif cfg.save_every and self.step % cfg.save_every == 0:  # step_N.pt serves when due
@@ -199,7 +199,7 @@ class Trainer:
         """
         self.model.train()
         local_tokens = sum(b.num_tgt_tokens for b in batches)
-        (total_tokens,) = all_sum([local_tokens], self.world, self.device)
+        (total_tokens,) = all_sum([local_tokens], self.world)
         nll_sum, bad = 0.0, None
         for batch in batches:
             batch = batch.to(self.device)
@@ -214,7 +214,7 @@ class Trainer:
                 bad = (loss_value, batch)
                 break
             nll_sum += nll_value
-        nll_sum, bad_ranks = all_sum([nll_sum, float(bad is not None)], self.world, self.device)
+        nll_sum, bad_ranks = all_sum([nll_sum, float(bad is not None)], self.world)
         if bad_ranks:
             self.optimizer.zero_grad(set_to_none=True)
             self.skip_bad_loss(*(bad or (float("nan"), None)))
