@@ -227,6 +227,11 @@ class TokenArray:
     def __getitem__(self, i: int) -> torch.Tensor:
         return self.values[self.offsets[i]: self.offsets[i + 1]]
 
+    def total_length(self, indices: Sequence[int]) -> int:
+        """The summed length of sentences `indices`."""
+        idx = torch.as_tensor(indices, dtype=torch.int64)
+        return int((self.offsets[idx + 1] - self.offsets[idx]).sum())
+
     def __iter__(self) -> Iterator[torch.Tensor]:
         return (self[i] for i in range(len(self)))
 
