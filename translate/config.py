@@ -86,7 +86,9 @@ class TrainConfig:
     max_bad_losses: int = 10
     log_every: int = 50
     threads: int = 0  # torch CPU threads; 0: torch's default
-    compile: bool = False  # torch.compile the model
+    # torch.compile the training forward (with the plain engine; inductor needs a C++ compiler
+    # on the CPU and Triton on a GPU); validation and decoding run the model as it is
+    compile: bool = False
     # fast: the engine's CPU speed work (translate.fast); plain: the textbook model as written;
     # auto: fast on the CPU, plain elsewhere
     engine: str = "auto"
