@@ -16,6 +16,7 @@ from translate.cli import main
 from translate.config import ConfigError, load_recipe
 from translate.metrics import MetricsLog
 from translate.training import Trainer, prepare_data
+from translate.training.compilation import engine_name
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 4
@@ -65,12 +66,10 @@ def test_compiled_training_equals_eager_and_its_checkpoint_decodes(recipe_path, 
 
 
 def test_compile_with_the_fast_engine_is_refused(recipe_path):
-    from translate.training.loop import _engine_name
-
     cfg = load_recipe(recipe_path, ["train.compile=true", "train.engine=fast"]).train
     with pytest.raises(ConfigError, match="train.compile takes the plain engine"):
-        _engine_name(cfg)
-    assert _engine_name(load_recipe(recipe_path, ["train.compile=true"]).train) == "plain"
+        engine_name(cfg)
+    assert engine_name(load_recipe(recipe_path, ["train.compile=true"]).train) == "plain"
 
 
 def test_without_a_cxx_compiler_compile_is_one_error_line(recipe_path, small_data, tmp_path):

@@ -24,17 +24,18 @@ from torch import nn
 
 from translate.checkpoint import (check_free_space, checkpoint_bytes, save_checkpoint,
                                   step_number, upgrade_state_dict)
-from translate.config import ConfigError, Recipe, TrainConfig
+from translate.config import ConfigError, Recipe
 from translate.data import Batch, collate, load_split, token_batches
 from translate.engine import resolve_engine
 from translate.metrics import LogWindow, MetricsLog
 from translate.models import build_model, count_parameters
 from translate.tokens import PAD
+from translate.training.compilation import compiled, engine_name
 from translate.training.distributed import World, agree, all_sum_, any_rank, sum_gradients
 from translate.training.optim import make_optimizer, skips_on_device, step_unless, update_ema
 from translate.training.prepare import TrainingData
 from translate.training.validation import dev_loss, perplexity, validation_scores
-from translate.utils import (autocast, first_line, pick_device, resolve_precision, rng_state,
+from translate.utils import (autocast, pick_device, resolve_precision, rng_state,
                              seed_everything, set_rng_state, stop_signals)
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class Trainer:
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         seed_everything(self.cfg.seed)
-        self.engine = resolve_engine(_engine_name(self.cfg), self.device)
+        self.engine = resolve_engine(engine_name(self.cfg), self.device)
         self.tokenizer, self.train_pairs, self.dev = data.tokenizer, data.train, data.dev
         model = build_model(recipe.model, self.tokenizer.src_vocab_size,
                             self.tokenizer.tgt_vocab_size, self.tokenizer.joint)
@@ -387,38 +388,6 @@ class Trainer:
                             if 0 <= step_number(p) <= self.step), key=step_number)
         self.metrics.truncate(self.step)
         set_rng_state(data["rng"])
-
-
-def _engine_name(cfg: TrainConfig) -> str:
-    """The engine to train with: under torch.compile the plain one, which compile speeds up
-    itself; the fast engine's CPU modules are written for eager mode (compiled, a tiny model's
-    step ran tens of times slower than the compiled plain one)."""
-    if not cfg.compile:
-        return cfg.engine
-    if cfg.engine == "fast":
-        raise ConfigError("train.compile takes the plain engine: set train.engine to auto or "
-                          "plain, or train.compile to false")
-    return "plain"
-
-
-def compiled(model: nn.Module, device: torch.device) -> nn.Module:
-    """`torch.compile(model)`, once a tiny function compiled on `device` showed that the backend
-    works here: inductor builds C++ kernels for the CPU (it needs a C++ compiler) and Triton
-    kernels for a GPU. Where it cannot, a ConfigError says so before training starts, not a
-    traceback at the first step."""
-    x = torch.ones(2, device=device, requires_grad=True)
-    try:
-        torch.compile(_compile_probe, dynamic=False)(x).backward()
-    except RuntimeError as e:  # BackendCompilerFailed, or no dynamo for this Python
-        raise ConfigError(f"train.compile: torch.compile cannot compile for the {device.type} "
-                          f"on this machine ({first_line(e)}); inductor needs a C++ compiler "
-                          f"(g++ or clang++; CXX names another) on the CPU and Triton on a GPU. "
-                          f"Install it, or set train.compile false") from None
-    return torch.compile(model)
-
-
-def _compile_probe(x: torch.Tensor) -> torch.Tensor:
-    return (x * 2).sin().sum()
 
 
 def tqdm_write(message: str) -> None:
