@@ -59,6 +59,15 @@ def same_weights(a, b, b_name: str) -> None:
         b.ema.load_state_dict(upgrade(a.ema.state_dict()))
 
 
+def step_loss(trainer, batch) -> float:
+    """One training step on `batch`; its loss per target token."""
+    result = trainer.train_step([batch])
+    if isinstance(result, tuple):  # revisions whose step returned (loss, tokens)
+        return result[0]
+    trainer.settle()  # the step's figures, read from the device into the log window
+    return trainer.window.losses.pop()
+
+
 def ab_rounds(trainers: dict, batches: list, rounds: int) -> dict:
     """Each trainer takes a step on every batch, every round, taking turns batch by batch (who
     goes first alternates)."""
@@ -69,7 +78,7 @@ def ab_rounds(trainers: dict, batches: list, rounds: int) -> dict:
         for i, batch in enumerate(batches):
             for label in ("A", "B") if (r + i) % 2 == 0 else ("B", "A"):
                 start = time.perf_counter()
-                losses[label].append(trainers[label].train_step([batch])[0])
+                losses[label].append(step_loss(trainers[label], batch))
                 seconds[label][r] += time.perf_counter() - start
     ratios = [a / b for a, b in zip(seconds["A"], seconds["B"])]
     return {"tok_per_s": {label: tokens / statistics.median(secs)

@@ -87,6 +87,32 @@ def train_tiny(recipe: Path, overrides: list[str], data: Path, steps: int, run_d
     return train(cfg, run_dir, device="cpu", progress=False)
 
 
+def ready_to_step(trainer):
+    """`trainer` set up for `next_step` calls outside `run()`: epoch 1, no progress bar, no
+    monitored splits."""
+    import time
+
+    from tqdm import tqdm
+
+    trainer.epoch, trainer.monitor, trainer.bar = 1, {}, tqdm(disable=True)
+    trainer.start = trainer.last_eval = time.perf_counter()
+    return trainer
+
+
+def poison_loss(trainer, bad_calls: set[int]) -> None:
+    """Make `trainer`'s loss infinite on its engine's calls numbered in `bad_calls` (1-based)."""
+    from dataclasses import replace
+
+    real, calls = trainer.engine.loss, []
+
+    def loss(*args):
+        calls.append(1)
+        value, nll = real(*args)
+        return (value * float("inf"), nll) if len(calls) in bad_calls else (value, nll)
+
+    trainer.engine = replace(trainer.engine, loss=loss)
+
+
 @pytest.fixture(scope="session")
 def recipe_path() -> Path:
     return RECIPES / "transformer.yaml"

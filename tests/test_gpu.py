@@ -1,14 +1,84 @@
 """On a CUDA device: the tiny Transformer trains (bf16 autocast, fused AdamW, pinned batches) and
-translates, and the GPU computes what the CPU computes. Skipped without CUDA."""
+translates, the GPU computes what the CPU computes, and a training step never waits for the GPU
+between log steps. Skipped without CUDA."""
+
+import json
+import math
+from contextlib import contextmanager
 
 import pytest
 import torch
 
-from conftest import TINY_OVERRIDES
+from conftest import TINY_OVERRIDES, poison_loss, ready_to_step
 from translate.config import load_recipe
 from translate.data import collate, encode_pairs, load_split
+from translate.metrics import MetricsLog
 
 pytestmark = pytest.mark.gpu
+LOG_EVERY = 4
+
+
+def cuda_trainer(recipe_path, data, run_dir, *overrides):
+    """The tiny Transformer's Trainer on CUDA, logging every LOG_EVERY steps, ready to step."""
+    from translate.training import Trainer, prepare_data
+
+    cfg = load_recipe(recipe_path, [*TINY_OVERRIDES, f"data.dataset={data}",
+                                    f"train.log_every={LOG_EVERY}", "train.eval_every=0",
+                                    "train.save_every=0", *overrides])
+    metrics = MetricsLog(run_dir / "metrics.jsonl")
+    return ready_to_step(Trainer(cfg, run_dir, prepare_data(cfg, run_dir), metrics,
+                                 device="cuda", progress=False))
+
+
+@contextmanager
+def no_host_sync(enabled: bool = True):
+    """Within the block any wait of the host for the GPU (a read, a blocking copy) raises."""
+    torch.cuda.set_sync_debug_mode("error" if enabled else "default")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def train_records(run_dir) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == "train"]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_steps_between_log_steps_never_wait_for_the_gpu(recipe_path, small_data, tmp_path,
+                                                         precision):
+    trainer = cuda_trainer(recipe_path, small_data, tmp_path, f"train.precision={precision}")
+    assert trainer.defer_checks and trainer.ema is not None and trainer.cfg.clip_norm > 0
+    order = trainer.epoch_batches()
+    trainer.next_step(order)  # the first step sets up Adam's state (and the fp16 scale)
+    while trainer.step < 3 * LOG_EVERY:
+        with no_host_sync(enabled=(trainer.step + 1) % LOG_EVERY != 0):  # log steps read
+            trainer.next_step(order)
+    trainer.metrics.close()
+    records = train_records(tmp_path)
+    assert [r["step"] for r in records] == [4, 8, 12]
+    assert all(math.isfinite(r["loss"]) and r["loss"] > 0 for r in records)
+
+
+def test_a_nan_loss_on_cuda_is_skipped_on_the_device_and_counted_at_the_log(
+        recipe_path, small_data, tmp_path):
+    trainer = cuda_trainer(recipe_path, small_data, tmp_path, "train.precision=bf16")
+    order = trainer.epoch_batches()
+    trainer.next_step(order)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    poison_loss(trainer, {1})
+    with no_host_sync():
+        trainer.next_step(order)  # step 2: infinite loss
+    assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+    assert trainer.step == 2 and trainer.bad_losses == 0  # counted, not yet read
+    with no_host_sync():
+        trainer.next_step(order)
+    trainer.next_step(order)  # step 4 logs: steps 1, 3 and 4 averaged, step 2 counted as bad
+    trainer.metrics.close()
+    assert trainer.bad_losses == 1
+    (record,) = train_records(tmp_path)
+    assert record["step"] == 4 and math.isfinite(record["loss"])
 
 
 def test_tiny_transformer_trains_and_translates_on_cuda(recipe_path, small_data, tmp_path):

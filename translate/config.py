@@ -83,10 +83,14 @@ class TrainConfig:
     patience: int = 0  # validations without dev-BLEU gain before stopping; 0: never
     keep_last: int = 2  # step checkpoints kept besides best.pt
     save_every: int = 250  # steps between last.pt saves, for --resume (besides step_N.pt); 0: off
-    max_bad_losses: int = 10  # batches with a NaN/inf loss skipped (with a warning) before stopping
+    # steps with a NaN/inf loss skipped (with a warning) before stopping; on a GPU they are
+    # counted when the next log record, checkpoint or validation reads them
+    max_bad_losses: int = 10
     log_every: int = 50
     threads: int = 0  # torch CPU threads; 0: torch's default
-    compile: bool = False  # torch.compile the model
+    # torch.compile the training forward (with the plain engine; inductor needs a C++ compiler
+    # on the CPU and Triton on a GPU); validation and decoding run the model as it is
+    compile: bool = False
     # fast: the engine's CPU speed work (translate.fast); plain: the textbook model as written;
     # auto: fast on the CPU, plain elsewhere
     engine: str = "auto"

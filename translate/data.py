@@ -254,6 +254,10 @@ class TokenArray:
         start = int(self.starts[i])
         return self.values[start: start + int(self.lengths[i])]
 
+    def total_length(self, indices: Sequence[int]) -> int:
+        """The summed length of sentences `indices`."""
+        return int(self.lengths[np.asarray(indices, dtype=np.int64)].sum())
+
     def __iter__(self) -> Iterator[np.ndarray]:
         return (self[i] for i in range(len(self)))
 

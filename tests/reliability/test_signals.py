@@ -57,10 +57,10 @@ def test_sigint_saves_mid_window_and_the_run_resumes(monkeypatch, recipe_path, s
                                                      tmp_path):
     real_step = Trainer.train_step
 
-    def ctrl_c_at_step_7(self, batches):
+    def ctrl_c_at_step_7(self, *args):
         if self.step == 6:
             os.kill(os.getpid(), signal.SIGINT)  # arrives while the step runs
-        return real_step(self, batches)
+        return real_step(self, *args)
 
     monkeypatch.setattr(Trainer, "train_step", ctrl_c_at_step_7)
     run = tmp_path / "run"

@@ -38,6 +38,7 @@ def main(recipe: str, data: str, out: str, steps: int, accum: int) -> None:
     batches = trainer.epoch_batches()
     for _ in range(steps):
         trainer.next_step(batches)
+    trainer.settle()  # the steps' losses, read from the device into the log window
     torch.save({"model": trainer.model.state_dict(), "losses": trainer.window.losses,
                 "position": trainer.position, "step": trainer.step},
                Path(out) / f"rank{world.rank}.pt")

@@ -22,7 +22,7 @@ HERE = int(os.environ["RANK"]) == int(os.environ.get("FAULT_RANK", "1"))
 
 
 def faulty_step(train_step):
-    def step(self, batches):
+    def step(self, *args):
         if self.step == int(ARG):
             if KIND == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -31,7 +31,7 @@ def faulty_step(train_step):
             if KIND == "hang":
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 time.sleep(120)
-        return train_step(self, batches)
+        return train_step(self, *args)
     return step
 
 

@@ -4,6 +4,7 @@
     prepare.py      the cleaned, encoded train split, the tokenizer and the dev split
     loop.py         Trainer: optimizer steps, logging, stopping rules, checkpoints
     optim.py        AdamW, the inverse square root schedule, the weight average (EMA)
+    compilation.py  train.compile: the engine it takes, torch.compile once it is known to work
     validation.py   dev loss and BLEU
     checkpoints.py  which checkpoint a run resumes from, and whether it may
 """

@@ -1,9 +1,14 @@
 """Training across processes: which rank this is, and the sums every rank agrees on.
 
 Every rank builds the same seeded batch order and takes its share of each optimizer step's
-batches (`World.share`). Target-token counts and gradients are then summed across ranks, not
-averaged, so the update equals the one a single process makes with all of the step's batches
-(gradient accumulation). In a lone process every function here is a no-op.
+batches (`World.share`). Gradients are then summed across ranks, not averaged, and divided by the
+step's target tokens over every rank's batches (which each rank counts from the shared order), so
+the update equals the one a single process makes with all of the step's batches (gradient
+accumulation). In a lone process every function here is a no-op.
+
+On CUDA the ranks talk over NCCL for device tensors (gradients, a step's loss) and over gloo for
+host values (decisions such as "validate now"), so agreeing on a host value never waits for the
+GPU's queue to drain.
 
 Failures end every rank. While the run starts, ranks work `together`: a rank that fails there
 still takes part in one agreement, so every rank raises `RankFailed` with the first failing
@@ -67,16 +72,21 @@ class World:
 
 
 def join(device: torch.device) -> World:
-    """The world torchrun describes in the environment (RANK, WORLD_SIZE, MASTER_ADDR, ...),
-    joined over gloo on the CPU and NCCL on CUDA; a lone process when there is none.
+    """The world torchrun describes in the environment (RANK, WORLD_SIZE, LOCAL_RANK, ...),
+    joined over gloo, and on CUDA over NCCL too; a lone process when there is none.
+
+    On CUDA each process takes the GPU numbered by its LOCAL_RANK as its current device, which
+    the device "cuda" (no index) then names.
 
     A collective waits TRANSLATE_DIST_TIMEOUT seconds (default 1800) for the other ranks, then
     raises `LostRank`: raise it when rank 0's validation alone takes longer.
     """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return World()
+    if device.type == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+        dist.init_process_group("cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo",
                                 timeout=timedelta(seconds=timeout_seconds()))
         atexit.register(_leave)
     return World(dist.get_rank(), dist.get_world_size())
@@ -117,14 +127,22 @@ def _collective() -> Iterator[None]:
         raise LostRank(e) from e
 
 
-def all_sum(values: Sequence[float], world: World, device: torch.device) -> list[float]:
-    """Each value summed over the ranks (float64, so token counts stay exact)."""
+def all_sum(values: Sequence[float], world: World) -> list[float]:
+    """Host values, each summed over the ranks (on the CPU, in float64: counts stay exact)."""
     if world.size == 1:
         return list(values)
-    summed = torch.tensor(values, dtype=torch.float64, device=device)
+    summed = torch.tensor(values, dtype=torch.float64)
     with _collective():
         dist.all_reduce(summed)
     return summed.tolist()
+
+
+def all_sum_(tensor: torch.Tensor, world: World) -> torch.Tensor:
+    """`tensor` summed over the ranks, in place on its device; never read on the host here."""
+    if world.size > 1:
+        with _collective():
+            dist.all_reduce(tensor)
+    return tensor
 
 
 def sum_gradients(parameters: Iterable[nn.Parameter], world: World) -> None:
@@ -141,19 +159,19 @@ def sum_gradients(parameters: Iterable[nn.Parameter], world: World) -> None:
         param.grad = summed
 
 
-def agree(flags: Sequence[bool], world: World, device: torch.device) -> list[bool]:
+def agree(flags: Sequence[bool], world: World) -> list[bool]:
     """Rank 0's decisions (validate now? stop?), the same on every rank."""
     if world.size == 1:
         return [bool(f) for f in flags]
     return [s > 0 for s in all_sum([float(bool(f)) if world.is_main else 0.0 for f in flags],
-                                   world, device)]
+                                   world)]
 
 
-def any_rank(flag: bool, world: World, device: torch.device) -> bool:
+def any_rank(flag: bool, world: World) -> bool:
     """True on every rank when it is true on some rank (a signal one of them received)."""
     if world.size == 1:
         return bool(flag)
-    return all_sum([float(bool(flag))], world, device)[0] > 0
+    return all_sum([float(bool(flag))], world)[0] > 0
 
 
 def from_main(value: T, world: World) -> T:

@@ -1,14 +1,21 @@
 """The training loop: `Trainer.run()` takes optimizer steps until a stopping rule fires,
-validating, logging and saving checkpoints as the recipe says."""
+validating, logging and saving checkpoints as the recipe says.
+
+On a GPU a step never waits for the device: its loss and NaN/inf flag stay there as tensors
+(`StepFigures`) until the host needs them, when a log record is written, a checkpoint saved or
+a validation run (`Trainer.settle`). A step whose loss was NaN or infinite on some rank still
+makes no update, decided on the device (`optim.step_unless`); it is counted, warned about and
+stopped on (`train.max_bad_losses`) when the figures are read. On the CPU, where reading a
+value costs nothing, the flag is read at once and such a step is not counted at all.
+"""
 
 from __future__ import annotations
 
 import copy
 import logging
-import math
 import signal
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -23,8 +30,9 @@ from translate.engine import resolve_engine
 from translate.metrics import LogWindow, MetricsLog
 from translate.models import build_model, count_parameters
 from translate.tokens import PAD
-from translate.training.distributed import World, agree, all_sum, any_rank, sum_gradients
-from translate.training.optim import make_optimizer, update_ema
+from translate.training.compilation import compiled, engine_name
+from translate.training.distributed import World, agree, all_sum_, any_rank, sum_gradients
+from translate.training.optim import make_optimizer, skips_on_device, step_unless, update_ema
 from translate.training.prepare import TrainingData
 from translate.training.validation import dev_loss, perplexity, validation_scores
 from translate.utils import (autocast, pick_device, resolve_precision, rng_state,
@@ -35,6 +43,16 @@ log = logging.getLogger(__name__)
 
 class TrainingError(RuntimeError):
     """Training cannot go on (say, the loss diverged); the message says why and what to change."""
+
+
+@dataclass
+class StepFigures:
+    """One optimizer step as the log sees it; `sums` stays on the device until it is read."""
+
+    sums: torch.Tensor  # (3,) over every rank: summed NLL, ranks with a NaN/inf loss, summed loss
+    tokens: int  # target tokens of the step, every rank's
+    step: int  # steps taken before this one
+    epoch: int
 
 
 class Interrupted(Exception):
@@ -68,7 +86,7 @@ class Trainer:
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         seed_everything(self.cfg.seed)
-        self.engine = resolve_engine(self.cfg.engine, self.device)
+        self.engine = resolve_engine(engine_name(self.cfg), self.device)
         self.tokenizer, self.train_pairs, self.dev = data.tokenizer, data.train, data.dev
         self.corpus_key = data.corpus_key
         model = build_model(recipe.model, self.tokenizer.src_vocab_size,
@@ -78,20 +96,28 @@ class Trainer:
         if world.is_main:
             processes = f", {world.size} processes" if world.size > 1 else ""
             print(f"{recipe.model.arch}: {self.n_params / 1e6:.2f}M parameters, device "
-                  f"{self.device}, precision {self.precision}, {self.engine.name} engine, "
-                  f"{torch.get_num_threads()} CPU threads{processes}", flush=True)
-        self.forward = torch.compile(self.model) if self.cfg.compile else self.model
+                  f"{self.device}, precision {self.precision}, {self.engine.name} engine"
+                  f"{', compiled' if self.cfg.compile else ''}, {torch.get_num_threads()} CPU "
+                  f"threads{processes}", flush=True)
+        # The compiled forward shares the model's parameters; checkpoints save the model itself,
+        # so their names carry no torch.compile prefix.
+        self.forward = compiled(self.model, self.device) if self.cfg.compile else self.model
         # Exponential moving average of the weights: validated, saved and used to translate.
         self.ema = copy.deepcopy(self.model).eval().requires_grad_(False) \
             if self.cfg.ema_decay > 0 else None
         self.optimizer, self.scheduler = make_optimizer(self.model, self.cfg)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
+        # Where reading a value from the device costs a sync (a GPU), a step's NaN/inf check
+        # stays on the device and is read with the log; the CPU reads it at once.
+        self.defer_checks = self.device.type == "cuda" and skips_on_device(self.optimizer)
+        self.figure_dtype = torch.float32 if self.device.type == "mps" else torch.float64
         if world.is_main:
             check_free_space(run_dir, checkpoint_bytes(self.model, self.ema is not None))
         self.step = self.epoch = self.position = 0
         self.elapsed = self.train_seconds = 0.0  # wall-clock and optimizer-step seconds so far
         self.best_bleu, self.bad_evals, self.bad_losses = -1.0, 0, 0
         self.window = LogWindow()
+        self.pending: list[StepFigures] = []  # steps whose figures the host has not read yet
         self.kept: list[Path] = []
         self.last_eval_seconds = 0.0
 
@@ -115,7 +141,7 @@ class Trainer:
                 batches = self.epoch_batches()
                 while self.position < len(batches) and not stop:
                     stop = self.next_step(batches)
-                    if any_rank(bool(received), self.world, self.device):
+                    if any_rank(bool(received), self.world):
                         signum = received[0] if received else signal.SIGTERM
                         raise Interrupted(signum, self.step, self.save("last.pt"))
                 if not stop:
@@ -128,28 +154,33 @@ class Trainer:
         a stopping rule fired."""
         cfg = self.cfg
         step_batches = cfg.accum_steps * self.world.size  # what one optimizer step consumes
+        chosen = batches[self.position: self.position + step_batches]
         group = [collate([self.train_pairs.src[i] for i in idx],
                          [self.train_pairs.tgt[i] for i in idx])
-                 for idx in self.world.share(batches[self.position: self.position + step_batches])]
+                 for idx in self.world.share(chosen)]
+        # every rank's target tokens, counted from the order all ranks share: no collective
+        tokens = self.train_pairs.tgt.total_length([i for idx in chosen for i in idx])
         self.position += step_batches
         t0 = time.perf_counter()
-        result = self.train_step(group)
+        figures = self.train_step(group, tokens)
+        if figures is not None and self.step % cfg.log_every == 0:
+            self.settle()  # on a GPU this waits for the queued steps: their time counts
         now = time.perf_counter()
         self.train_seconds += now - t0
         self.elapsed = now - self.start
-        if result is None:  # a skipped batch: no step to log, validate or save
+        if figures is None:  # a skipped step (CPU): nothing to log, validate or save
             return False
         self.bar.update(1)
-        self.log_train(*result, now - t0)
+        self.log_train(now - t0)
         # Stop early enough that the final validation ends within the budget.
         out_of_time = cfg.max_minutes and (
             self.elapsed + self.last_eval_seconds >= cfg.max_minutes * 60)
         out_of_steps = cfg.max_steps and self.step >= cfg.max_steps
         due = (cfg.eval_every and self.step % cfg.eval_every == 0) or (
             cfg.eval_every_minutes and now - self.last_eval >= cfg.eval_every_minutes * 60)
-        due, stop = agree([due, out_of_time or out_of_steps], self.world, self.device)
+        due, stop = agree([due, out_of_time or out_of_steps], self.world)
         if due or stop:
-            stop = agree([self.validate()], self.world, self.device)[0] or stop
+            stop = agree([self.validate()], self.world)[0] or stop
             self.last_eval = time.perf_counter()
             self.last_eval_seconds = self.last_eval - now
         elif cfg.save_every and self.step % cfg.save_every == 0:  # step_N.pt serves when due
@@ -172,12 +203,12 @@ class Trainer:
                              shuffle=True, seed=self.cfg.seed * 1000 + self.epoch,
                              length_filter=pairs.length_filter)
 
-    def log_train(self, loss: float, tokens: int, seconds: float) -> None:
-        """Add a step to the window; every `log_every` steps write its averages."""
+    def log_train(self, seconds: float) -> None:
+        """Add a step's time to the window; every `log_every` steps write the averages of the
+        window's settled steps (those skipped for a NaN/inf loss left out)."""
         w = self.window
-        w.losses.append(loss)
-        w.tokens, w.seconds = w.tokens + tokens, w.seconds + seconds
-        if self.step % self.cfg.log_every:
+        w.seconds += seconds
+        if self.step % self.cfg.log_every or not w.losses:
             return
         lr = self.scheduler.get_last_lr()[0]
         record = {"kind": "train", "step": self.step, "epoch": self.epoch,
@@ -192,56 +223,84 @@ class Trainer:
 
     # -- one optimizer step ------------------------------------------------------------------
 
-    def train_step(self, batches: list[Batch]) -> Optional[tuple[float, int]]:
+    def train_step(self, batches: list[Batch], tokens: Optional[int] = None
+                   ) -> Optional[StepFigures]:
         """Forward/backward over this rank's batches of the step, then one optimizer step.
 
-        Returns (loss per token, tokens) over every rank's batches, or None when a batch's loss
-        was NaN or infinite: then the whole step is skipped, on every rank, and the optimizer
-        does not step.
+        Args:
+            batches: this rank's share of the step's batches.
+            tokens: target tokens in the step's batches on every rank (default: in `batches`,
+                right for a lone process).
+
+        Returns the step's figures, still on the device, also added to `pending` for `settle`
+        to read. A NaN or infinite loss on some rank means no update on any rank. On the CPU
+        the step is then not taken at all, and None returned. On a GPU the optimizer skips it
+        on the device and the step counts: the schedule, the EMA and the step number go on, the
+        weights and Adam's moments stay as they were.
         """
         self.model.train()
-        local_tokens = sum(b.num_tgt_tokens for b in batches)
-        (total_tokens,) = all_sum([local_tokens], self.world, self.device)
-        nll_sum, bad = 0.0, None
+        tokens = tokens if tokens is not None else sum(b.num_tgt_tokens for b in batches)
+        loss_sum = nll_sum = torch.zeros((), dtype=self.figure_dtype, device=self.device)
         for batch in batches:
             batch = batch.to(self.device)
             with autocast(self.device, self.precision):
                 logits = self.forward(batch.src, batch.tgt_in)  # (B, T, V)
             loss, nll = self.engine.loss(logits, batch.tgt_out, self.cfg.label_smoothing, PAD)
-            self.scaler.scale(loss / total_tokens).backward()
-            # one host sync per batch, as before; a NaN/inf loss's gradients are thrown away
-            values = torch.stack([loss.detach().float(), nll.detach().float()])
-            loss_value, nll_value = values.tolist()
-            if not math.isfinite(loss_value):
-                bad = (loss_value, batch)
-                break
-            nll_sum += nll_value
-        nll_sum, bad_ranks = all_sum([nll_sum, float(bad is not None)], self.world, self.device)
-        if bad_ranks:
+            loss_sum = loss_sum + loss.detach().to(self.figure_dtype)
+            nll_sum = nll_sum + nll.detach().to(self.figure_dtype)
+            if self.scaler.is_enabled():  # fp16: a NaN/inf loss makes every gradient NaN, so
+                loss = loss * (loss.detach() * 0 + 1)  # the scaler skips the step (x 1 or NaN)
+            self.scaler.scale(loss / tokens).backward()
+        bad = (~torch.isfinite(loss_sum)).to(self.figure_dtype)
+        sums = all_sum_(torch.stack([nll_sum, bad, loss_sum]), self.world)  # (3,) on the device
+        figures = StepFigures(sums, tokens, self.step, self.epoch)
+        if not self.defer_checks and sums[1].item():  # the CPU: reading it costs nothing
             self.optimizer.zero_grad(set_to_none=True)
-            self.skip_bad_loss(*(bad or (float("nan"), None)))
+            self.skip_bad_loss(sums[2].item(), figures)
             return None
         sum_gradients(self.model.parameters(), self.world)
         if self.cfg.clip_norm > 0:
             self.scaler.unscale_(self.optimizer)
+            # error_if_nonfinite stays off: checking the norm would read it on the host
             nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-        # fp16: the scaler skips the step when a gradient overflowed, and lowers its scale
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
+        if self.defer_checks and not self.scaler.is_enabled():
+            step_unless(self.optimizer, (sums[1] > 0).float())
+        else:  # with fp16 the scaler skips the step when a gradient is NaN/inf (on the device
+            # with the fused optimizer), and lowers its scale
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.step += 1
         if self.ema is not None:
             update_ema(self.ema, self.model, self.cfg.ema_decay, self.step)
-        return nll_sum / total_tokens, int(total_tokens)
+        self.pending.append(figures)
+        return figures
 
-    def skip_bad_loss(self, loss: float, batch: Optional[Batch]) -> None:
-        """Count a NaN/inf loss (`batch` None: another rank's); warn, or stop once more than
-        `max_bad_losses` were skipped."""
+    def settle(self) -> None:
+        """Read the pending steps' figures on the host, all in one transfer: their losses per
+        token join the log window; a GPU's skipped steps are counted (`skip_bad_loss`).
+
+        Every rank settles at the same steps (log steps, validations, saves), so a stop for too
+        many bad losses happens on all of them at once.
+        """
+        if not self.pending:
+            return
+        pending, self.pending = self.pending, []
+        values = torch.stack([f.sums for f in pending]).tolist()
+        for figures, (nll, bad, loss) in zip(pending, values):
+            if bad:
+                self.skip_bad_loss(loss, figures)
+            else:
+                self.window.losses.append(nll / figures.tokens)
+                self.window.tokens += figures.tokens
+
+    def skip_bad_loss(self, loss: float, figures: StepFigures) -> None:
+        """Count a step whose loss was NaN/inf on some rank (`loss`: summed over the ranks);
+        warn, or stop once more than `max_bad_losses` were skipped."""
         self.bad_losses += 1
-        what = (f"{loss} loss on a batch of {batch.src.shape[0]} sentences" if batch is not None
-                else "a NaN/inf loss on another rank")
-        where = f"after step {self.step}: {what} (epoch {self.epoch})"
+        where = (f"after step {figures.step}: {loss} loss on a step of {figures.tokens} target "
+                 f"tokens (epoch {figures.epoch})")
         if self.bad_losses > self.cfg.max_bad_losses:
             raise TrainingError(f"{where}: {self.bad_losses} batches had a NaN/inf loss, over "
                                 f"train.max_bad_losses ({self.cfg.max_bad_losses}); stopping. "
@@ -259,6 +318,7 @@ class Trainer:
     def validate(self) -> bool:
         """Score the dev set, log it, save checkpoints; return True when patience runs out.
         Across processes rank 0 validates alone (the weights are the same on every rank)."""
+        self.settle()
         if not self.world.is_main:
             return False
         model = self.eval_model
@@ -289,6 +349,7 @@ class Trainer:
     def save(self, name: str) -> Path:
         """Write checkpoint `name` into the run folder (rank 0 alone); return its path."""
         path = self.run_dir / name
+        self.settle()  # the checkpoint holds the log window and the bad-loss count
         if not self.world.is_main:
             return path
         save_checkpoint(path, self.eval_model, self.recipe, self.tokenizer, self.step, {

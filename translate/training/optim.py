@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 from torch import nn
@@ -18,16 +19,41 @@ def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
     return peak * math.sqrt(warmup / step)
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig
+def make_optimizer(model: nn.Module, cfg: TrainConfig, fused: Optional[bool] = None
                    ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW at `cfg.lr`, scaled each step by the inverse square root schedule; on a GPU, the
-    fused kernel (one launch for every parameter)."""
-    on_gpu = next(model.parameters()).device.type == "cuda"
+    """AdamW at `cfg.lr`, scaled each step by the inverse square root schedule. `fused` (by
+    default on a GPU) takes the fused kernel: one launch for every parameter, and a step that
+    `step_unless` can skip on the device."""
+    if fused is None:
+        fused = next(model.parameters()).device.type == "cuda"
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=1e-9,
-                                  weight_decay=cfg.weight_decay, fused=True if on_gpu else None)
+                                  weight_decay=cfg.weight_decay, fused=fused or None)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: inverse_sqrt_lr(s, 1.0, cfg.warmup))
     return optimizer, scheduler
+
+
+def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether `step_unless` can skip the optimizer's step on the device (the fused kernels)."""
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+
+
+def step_unless(optimizer: torch.optim.Optimizer, skip: torch.Tensor) -> None:
+    """`optimizer.step()`, except where `skip` is 1.0: then the weights, Adam's moments and its
+    step count stay as they are. The flag is read by the kernel, never on the host.
+
+    Args:
+        skip: () float32 on the weights' device, 1.0 (skip) or 0.0; the fused kernels read it
+            as `found_inf`, the attribute torch.amp.GradScaler sets for them to skip a step
+            whose gradients overflowed.
+    """
+    if not skips_on_device(optimizer):
+        raise ValueError("step_unless needs an optimizer that skips on the device (fused=True)")
+    optimizer.found_inf, optimizer.grad_scale = skip, None
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf, optimizer.grad_scale
 
 
 @torch.no_grad()

@@ -1,0 +1,119 @@
+"""One optimizer step: the loss it logs, and a NaN/inf loss skipped on the device the way a GPU
+skips it (run here on the CPU, with the fused optimizer that can skip a step on the device)."""
+
+import json
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import TINY_OVERRIDES, poison_loss, ready_to_step
+from translate.config import load_recipe
+from translate.data import collate
+from translate.metrics import MetricsLog
+from translate.tokens import PAD
+from translate.training import Trainer, TrainingError, prepare_data
+from translate.training.optim import make_optimizer
+
+
+@pytest.fixture
+def make_trainer(recipe_path, small_data, tmp_path):
+    """A tiny Transformer's Trainer on the CPU in fp32, ready for `next_step`."""
+    logs = []
+
+    def make(*overrides: str) -> Trainer:
+        cfg = load_recipe(recipe_path, [*TINY_OVERRIDES, f"data.dataset={small_data}",
+                                        "train.precision=fp32", "train.eval_every=0",
+                                        "train.save_every=0", *overrides])
+        run_dir = tmp_path / f"run{len(logs)}"
+        run_dir.mkdir()
+        logs.append(MetricsLog(run_dir / "metrics.jsonl"))
+        return ready_to_step(Trainer(cfg, run_dir, prepare_data(cfg, run_dir), logs[-1],
+                                     device="cpu", progress=False))
+
+    yield make
+    for log in logs:
+        log.close()
+
+
+def skipping_on_device(trainer: Trainer) -> Trainer:
+    """`trainer` as it runs on a GPU: fused AdamW, NaN/inf checks left on the device."""
+    trainer.optimizer, trainer.scheduler = make_optimizer(trainer.model, trainer.cfg, fused=True)
+    trainer.defer_checks = True
+    return trainer
+
+
+def batches_of(trainer: Trainer, indices: list[list[int]]):
+    pairs = trainer.train_pairs
+    return [collate([pairs.src[i] for i in idx], [pairs.tgt[i] for i in idx]) for idx in indices]
+
+
+def snapshot(trainer: Trainer) -> dict:
+    return {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+
+def test_the_logged_loss_is_the_nll_per_target_token_of_the_steps_batches(make_trainer):
+    trainer = make_trainer("train.accum_steps=2", "train.log_every=1")
+    order = trainer.epoch_batches()
+    expected = []
+    for step in range(3):  # before each step, the model's NLL on the two batches it will take
+        nll = tokens = 0
+        with torch.no_grad():
+            for batch in batches_of(trainer, order[2 * step: 2 * step + 2]):
+                logits = trainer.model(batch.src, batch.tgt_in)  # (B, T, V); dropout is 0
+                nll += F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(),
+                                       ignore_index=PAD, reduction="sum").item()
+                tokens += batch.num_tgt_tokens
+        expected.append((nll / tokens, tokens))
+        trainer.next_step(order)
+    lines = (trainer.run_dir / "metrics.jsonl").read_text().splitlines()
+    logged = [(r["loss"], r["step_tokens"]) for r in map(json.loads, lines)]
+    assert [t for _, t in logged] == [t for _, t in expected]
+    torch.testing.assert_close(torch.tensor([loss for loss, _ in logged], dtype=torch.float64),
+                               torch.tensor([loss for loss, _ in expected], dtype=torch.float64),
+                               rtol=1e-5, atol=0)
+
+
+def test_on_the_device_a_nan_loss_leaves_the_weights_and_is_counted_when_read(make_trainer,
+                                                                              caplog):
+    trainer = skipping_on_device(make_trainer("train.max_bad_losses=1", "train.log_every=3"))
+    order = trainer.epoch_batches()
+    trainer.next_step(order)  # a real step: Adam has state now
+    before = snapshot(trainer)
+    adam = {k: v.clone() for k, v in trainer.optimizer.state_dict()["state"][0].items()}
+    poison_loss(trainer, {1, 3})
+    with caplog.at_level(logging.WARNING, logger="translate"):
+        trainer.next_step(order)  # step 2: skipped on the device, nothing read on the host yet
+        assert trainer.step == 2 and trainer.bad_losses == 0 and len(trainer.pending) == 2
+        after = snapshot(trainer)
+        assert all(torch.equal(before[k], after[k]) for k in before)
+        state = trainer.optimizer.state_dict()["state"][0]
+        assert all(torch.equal(state[k], adam[k]) for k in adam)  # moments and step count
+        trainer.next_step(order)  # step 3 logs: the figures are read, the bad loss counted
+    assert "after step 1: inf loss on a step of" in caplog.text
+    assert "skipped (1 of at most 1)" in caplog.text and trainer.bad_losses == 1
+    lines = (trainer.run_dir / "metrics.jsonl").read_text().splitlines()
+    (record,) = map(json.loads, lines)
+    good = [trainer.train_pairs.tgt.total_length(order[i]) for i in (0, 2)]  # steps 1 and 3
+    assert record["step"] == 3 and record["step_tokens"] == sum(good) / 2
+    assert record["loss"] > 0 and not trainer.pending
+    trainer.next_step(order)  # step 4: bad again; the stop comes when it is read
+    with pytest.raises(TrainingError, match=r"2 batches had a NaN/inf loss, over "
+                                            r"train.max_bad_losses \(1\)"):
+        trainer.save("last.pt")
+
+
+def test_a_step_not_skipped_on_the_device_is_the_plain_step(make_trainer):
+    trainer = make_trainer("train.accum_steps=2")
+    order, start = trainer.epoch_batches(), snapshot(trainer)
+    weights = []
+    for defer in (True, False):
+        trainer.model.load_state_dict(start)
+        trainer.optimizer, trainer.scheduler = make_optimizer(trainer.model, trainer.cfg,
+                                                              fused=True)
+        trainer.defer_checks, trainer.position = defer, 0
+        for _ in range(3):
+            trainer.next_step(order)
+        weights.append(snapshot(trainer))
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in start)
