@@ -7,7 +7,8 @@ A synthetic EN-DE corpus of each size is written by this script (no network): Zi
 pseudo-words, 4-40 words a sentence, the German side a noisy rewrite of the English one. One
 SentencePiece model (8k unigram) is trained on the smallest corpus and used for all sizes, so the
 figures measure the pipeline, not tokenizer training. Each measurement runs in a fresh process,
-so its peak RSS (`ru_maxrss`) is its own:
+so its peak RSS (VmHWM) is its own; the encoding workers' figure is `ru_maxrss` over them, an
+upper bound (it counts what the measuring process held when it started them):
 
   cold        encode the train split onto disk (`translate.corpus`, cache empty, --num-proc
               worker processes), filter lengths, build the epoch's token batches
@@ -81,14 +82,19 @@ def measure(corpus: Path, tokenizer: Path, cache: Path, num_proc: int = 2) -> di
     times["batches"] = time.perf_counter() - t0
     times["total"] = time.perf_counter() - start
     pairs = built.stats.total
-    return {"seconds": times, "peak_rss_gib": _peak_gib(resource.RUSAGE_SELF),
-            "workers_peak_rss_gib": _peak_gib(resource.RUSAGE_CHILDREN), "pairs": pairs,
+    workers_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"seconds": times, "peak_rss_gib": peak_rss_gib(),
+            "workers_peak_rss_gib": workers_kib / 2 ** 20, "pairs": pairs,
             "kept": len(train), "batches": len(batches), "pairs_per_s": pairs / times["total"],
             "encode_pairs_per_s": pairs / times["encode"]}
 
 
-def _peak_gib(who: int) -> float:
-    return resource.getrusage(who).ru_maxrss / 2 ** 20  # Linux: KiB
+def peak_rss_gib(pid: str = "self") -> float:
+    """A process's peak resident memory (VmHWM). Not `ru_maxrss`: Linux carries that across
+    fork and exec, so a child would report its parent's peak when that was higher."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines()
+                    if line.startswith("VmHWM"))) / 2 ** 20
 
 
 def spm_encode(text: Path, tokenizer: Path) -> dict:
@@ -123,13 +129,11 @@ def first_step(corpus: Path, tokenizer: Path, cache: Path, run_dir: Path) -> dic
                 raise RuntimeError(f"translate train ended: {process.stderr.read()[-2000:]}")
             time.sleep(0.05)
         seconds = time.perf_counter() - start
-        status = Path(f"/proc/{process.pid}/status").read_text()
-        peak_kib = int(next(line.split()[1] for line in status.splitlines()
-                            if line.startswith("VmHWM")))
+        peak = peak_rss_gib(str(process.pid))
     finally:
         process.kill()
         process.wait()
-    return {"seconds": {"total": seconds}, "peak_rss_gib": peak_kib / 2 ** 20}
+    return {"seconds": {"total": seconds}, "peak_rss_gib": peak}
 
 
 def child(corpus: Path, tokenizer: Path, cache: Path, num_proc: int) -> dict:

@@ -323,7 +323,7 @@ def filter_lengths(pairs: EncodedPairs, max_len: int, max_ratio: float,
     return EncodedPairs(pairs.src, pairs.tgt, rule, kept)
 
 
-def _chunked(n: int, size: int = 1 << 20) -> Iterator[slice]:
+def _chunked(n: int, size: int = 1 << 18) -> Iterator[slice]:
     """Slices covering range(n), `size` at a time: whole-corpus arrays are worked through in
     parts, so temporaries stay small."""
     return (slice(a, min(a + size, n)) for a in range(0, n, size))
@@ -392,21 +392,25 @@ def token_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: 
 
     Pairs are ordered by target, then source length; with `shuffle` the order within equal
     lengths and the order of the batches are random (seeded), so every epoch differs. Only the
-    length arrays are read, a part at a time: beyond them, a corpus of n pairs costs ~6n bytes.
+    length arrays are read, a part at a time: beyond them, a corpus of n pairs costs 4n bytes
+    (the order; 8n past 2**31 pairs), and a part of 262,144 pairs at a time.
     """
     src_lengths, tgt_lengths = np.asarray(src_lengths), np.asarray(tgt_lengths)
     rng = np.random.default_rng(seed)
     order, runs = _length_order(src_lengths, tgt_lengths, length_filter)
-    starts = np.cumsum(runs[:, 2]) - runs[:, 2]
+    run_ends = np.cumsum(runs[:, 2])
+    starts = run_ends - runs[:, 2]
     if shuffle:  # ties in random order: each run of equal (target, source) lengths is shuffled
         for start, count in zip(starts.tolist(), runs[:, 2].tolist()):
             if count > 1:
                 rng.shuffle(order[start: start + count])
-    sizes = np.repeat(np.maximum(runs[:, 0], runs[:, 1]), runs[:, 2])  # (kept,) in order
+    run_sizes = np.maximum(runs[:, 0], runs[:, 1])  # a run's pairs all cost this much a row
     bounds = [0]
     while bounds[-1] < len(order):  # fill each batch greedily, a batch's worth at a time
         start = bounds[-1]
-        window = sizes[start: start + max(1, max_tokens // max(1, int(sizes[start])))]
+        first = run_sizes[np.searchsorted(run_ends, start, side="right")]
+        places = np.arange(start, min(len(order), start + max(1, max_tokens // max(1, first))))
+        window = run_sizes[np.searchsorted(run_ends, places, side="right")]  # each pair's size
         cost = np.maximum.accumulate(window) * np.arange(1, len(window) + 1)  # padded tokens
         bounds.append(start + max(1, int(np.searchsorted(cost > max_tokens, True))))
     sequence = np.arange(len(bounds) - 1)
