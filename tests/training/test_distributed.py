@@ -112,3 +112,26 @@ def test_early_stopping_under_torchrun_stops_every_rank_at_once(recipe_path, sma
     assert "(step 5 of 10, " in out  # best at step 5, none better at 10: patience 1 is spent
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["kind"] == "valid"] == [5, 10]
+
+
+def test_two_nodes_meet_through_torchrun_rendezvous(recipe_path, small_data, tmp_path):
+    """Multi-node as torchrun does it: one agent per node, meeting at a c10d rendezvous (here two
+    agents on this machine, one process each). Rank 0's node writes; both finish together."""
+    run_dir, port = tmp_path / "run", free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
+         "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "two-nodes",
+         "-m", "translate", "train", str(recipe_path), "--run-dir", str(run_dir), "--data",
+         str(small_data), "--no-progress",
+         *sets("train.eval_every=10", "train.log_every=5", "train.max_steps=10",
+               "data.test_splits=[]")],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)]
+    outputs = [node.communicate(timeout=300)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    assert sum(out.count("best checkpoint:") for out in outputs) == 1  # rank 0 alone reports
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "train"] == [5, 10]  # written once
+    assert all(r["world_size"] == 2 for r in records if r["kind"] == "train")
+    assert (run_dir / "step_10.pt").is_file()
