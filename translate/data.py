@@ -94,19 +94,18 @@ def read_chunks(source: SplitSource, cfg: DataConfig, size: int = 10_000) -> Ite
 def _text_chunks(src_file: Path, tgt_file: Path, size: int) -> Iterator[Chunk]:
     with open(src_file, "rb") as src_f, open(tgt_file, "rb") as tgt_f:
         src, tgt = iter_lines(src_f, str(src_file)), iter_lines(tgt_f, str(tgt_file))
-        row, counts = 1, [0, 0]
+        row = 1
         while True:
-            chunk = Chunk(str(src_file), row, src=list(itertools.islice(src, size)),
-                          tgt=list(itertools.islice(tgt, size)))
-            counts = [counts[0] + len(chunk.src), counts[1] + len(chunk.tgt)]
-            if len(chunk.src) != len(chunk.tgt):
-                counts = [counts[0] + sum(1 for _ in src), counts[1] + sum(1 for _ in tgt)]
-                raise DataError(f"parallel files differ in length: {src_file} has {counts[0]} "
-                                f"lines, {tgt_file} has {counts[1]}")
-            if not chunk.src:
+            src_part, tgt_part = list(itertools.islice(src, size)), list(itertools.islice(tgt, size))
+            if len(src_part) != len(tgt_part):
+                n_src = row - 1 + len(src_part) + sum(1 for _ in src)
+                n_tgt = row - 1 + len(tgt_part) + sum(1 for _ in tgt)
+                raise DataError(f"parallel files differ in length: {src_file} has {n_src} "
+                                f"lines, {tgt_file} has {n_tgt}")
+            if not src_part:
                 return
-            yield chunk
-            row += size
+            yield Chunk(str(src_file), row, src=src_part, tgt=tgt_part)
+            row += len(src_part)
 
 
 def _table_chunks(source: SplitSource, cfg: DataConfig, size: int) -> Iterator[Chunk]:
@@ -274,11 +273,15 @@ class LengthFilter:
         return (src > self.max_len) | (tgt > self.max_len)
 
     def bad_ratio(self, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
-        longer, shorter = np.maximum(src, tgt), np.minimum(src, tgt)
-        return ~self.too_long(src, tgt) & (longer > self.max_ratio * shorter) & (longer > 8)
+        """Pairs the ratio rule drops that the length rule does not already drop."""
+        return ~self.too_long(src, tgt) & self._uneven(src, tgt)
 
     def keeps(self, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
-        return ~(self.too_long(src, tgt) | self.bad_ratio(src, tgt))
+        return ~(self.too_long(src, tgt) | self._uneven(src, tgt))
+
+    def _uneven(self, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
+        longer, shorter = np.maximum(src, tgt), np.minimum(src, tgt)
+        return (longer > self.max_ratio * shorter) & (longer > 8)
 
 
 @dataclass

@@ -159,7 +159,7 @@ class Trainer:
                          [self.train_pairs.tgt[i] for i in idx])
                  for idx in self.world.share(chosen)]
         # every rank's target tokens, counted from the order all ranks share: no collective
-        tokens = self.train_pairs.tgt.total_length([i for idx in chosen for i in idx])
+        tokens = sum(self.train_pairs.tgt.total_length(idx) for idx in chosen)
         self.position += step_batches
         t0 = time.perf_counter()
         figures = self.train_step(group, tokens)

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from translate.config import Recipe
+from translate.config import DataConfig, Recipe
 from translate.corpus import encoded_corpus, sample_pairs
 from translate.data import DataError, EncodedPairs, encode_pairs, filter_lengths, load_split, \
     resolve_dataset
-from translate.encoding import clean_text_pairs
+from translate.encoding import CleanStats, clean_text_pairs
 from translate.tokenizer import Tokenizer
 from translate.training.distributed import World, main_first, on_main
 
@@ -51,9 +51,7 @@ def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] =
                         world)
     stats = corpus.stats
     if not stats.kept:
-        raise DataError(f"{resolve_dataset(cfg)}: the train split has no usable pairs "
-                        f"({stats.total} read, {stats.empty} with an empty side, "
-                        f"{stats.no_letters} without letters)")
+        raise no_usable_pairs(cfg, stats)
     train = filter_lengths(corpus.pairs, cfg.max_len, cfg.max_len_ratio, stats)
     log.info("train pairs: %d read, %d kept (empty: %d, no letters: %d, over %d pieces: %d, "
              "length ratio over %.1f: %d)", stats.total, stats.kept, stats.empty, stats.no_letters,
@@ -75,9 +73,7 @@ def train_tokenizer(recipe: Recipe, run_dir: Path) -> Tokenizer:
     src, tgt, stats = sample_pairs(cfg, "train", tok.max_sentences // (2 if tok.joint else 1),
                                    recipe.train.seed)
     if not src:
-        raise DataError(f"{resolve_dataset(cfg)}: the train split has no usable pairs "
-                        f"({stats.total} read, {stats.empty} with an empty side, "
-                        f"{stats.no_letters} without letters)")
+        raise no_usable_pairs(cfg, stats)
     tokenizer = Tokenizer.train(src, tgt, tok, recipe.train.seed)
     tokenizer.save(run_dir, cfg.src_lang, cfg.tgt_lang)
     return tokenizer
@@ -96,6 +92,12 @@ def given_tokenizer(path: str, joint: bool) -> Tokenizer:
         raise DataError(f"tokenizer.model: cannot read {file} ({e.strerror})") from None
     except RuntimeError:
         raise DataError(f"tokenizer.model: {file} is not a SentencePiece model") from None
+
+
+def no_usable_pairs(cfg: DataConfig, stats: CleanStats) -> DataError:
+    return DataError(f"{resolve_dataset(cfg)}: the train split has no usable pairs "
+                     f"({stats.total} read, {stats.empty} with an empty side, "
+                     f"{stats.no_letters} without letters)")
 
 
 def read_dev(recipe: Recipe, tokenizer: Tokenizer) -> DevSplit:
