@@ -7,7 +7,8 @@ processes do with `translate.encoding`) does not import torch and the models.
 import importlib
 
 __version__ = "0.1.0"
-_LAZY = {"Recipe": "translate.config", "load_recipe": "translate.config",
+_LAZY = {"Translator": "translate.api",
+         "Recipe": "translate.config", "load_recipe": "translate.config",
          "MODELS": "translate.models", "RNNSeq2Seq": "translate.models",
          "Seq2Seq": "translate.models", "Transformer": "translate.models",
          "build_model": "translate.models"}

@@ -1,0 +1,124 @@
+"""The Python API: a trained model, loaded once, that translates, shows its attention and scores.
+
+    from translate import Translator
+
+    translator = Translator.load("runs/transformer")      # a run folder, a .pt or an export
+    translator.translate(["A man is riding a bike."])      # ['Ein Mann fährt Fahrrad.']
+    translator.translate("Two dogs play.", nbest=3, return_scores=True)
+
+`translate` decodes as `translate decode` does (batched by length, input order kept, beam 5 by
+default); `attention` returns every attention module's weights for one sentence with their roles
+and token labels; `score` is the BLEU/chrF the toolkit reports everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence, Union, overload
+
+import torch
+
+from translate.analysis.attention import AttentionMaps, attention_maps
+from translate.checkpoint import Loaded, load_checkpoint
+from translate.config import DecodeConfig
+from translate.engine import resolve_engine
+from translate.inference import Translation, decode_sentences, decoding_model
+from translate.scoring import Scores, score
+from translate.utils import pick_device
+
+Output = Union[str, Translation, list[str], list[Translation]]
+
+
+class Translator:
+    """A model ready to decode on one device, in one precision, with one engine."""
+
+    def __init__(self, loaded: Loaded, device: torch.device, precision: str = "auto",
+                 engine: str = "auto"):
+        self.recipe = loaded.recipe
+        self.tokenizer = loaded.tokenizer
+        self.step = loaded.step
+        self.device = device
+        self.engine = resolve_engine(engine, device)
+        self.model, self.precision = decoding_model(loaded.model, precision, device, self.engine)
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | torch.device | None = None,
+             precision: str = "auto", engine: str = "auto") -> "Translator":
+        """Load a run folder (its best.pt), a checkpoint file or an exported model folder.
+
+        device: cpu, cuda, cuda:1, mps (default: the best available). precision: auto (bf16
+        where the CPU has AMX or on a GPU with bf16, else fp32), fp32, bf16, fp16 or int8.
+        """
+        dev = pick_device(None if device is None else str(device))
+        return cls(load_checkpoint(path, dev), dev, precision, engine)
+
+    @property
+    def arch(self) -> str:
+        return self.recipe.model.arch
+
+    def decode_config(self, beam: int = 5, nbest: int = 1, lenpen: float | None = None,
+                      max_tokens: int | None = None) -> DecodeConfig:
+        """The recipe's decoding settings with these changes, checked."""
+        if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
+            raise ValueError(f"beam must be a positive integer, got {beam!r}")
+        if isinstance(nbest, bool) or not isinstance(nbest, int) or not 1 <= nbest <= beam:
+            raise ValueError(f"nbest must be an integer from 1 to the beam size ({beam}), "
+                             f"got {nbest!r}")
+        changes = {"beam": beam, "lenpen": lenpen, "max_tokens": max_tokens}
+        return replace(self.recipe.decode, **{k: v for k, v in changes.items() if v is not None})
+
+    @overload
+    def translate(self, texts: str, beam: int = ..., nbest: int = ...,
+                  return_scores: bool = ..., lenpen: float | None = ...) -> Output: ...
+
+    @overload
+    def translate(self, texts: Sequence[str], beam: int = ..., nbest: int = ...,
+                  return_scores: bool = ..., lenpen: float | None = ...) -> list[Output]: ...
+
+    def translate(self, texts, beam=5, nbest=1, return_scores=False, lenpen=None):
+        """Translate one sentence or a list of them (output i for input i).
+
+        Each output is the best translation's text; with nbest > 1 a list of the `nbest` best,
+        best first; with return_scores, `Translation`s (text, score = log-probability over the
+        length penalty, logprob, tokens) instead of strings. An empty input gives ''.
+        """
+        single = isinstance(texts, str)
+        sentences = [texts] if single else list(texts)
+        for i, text in enumerate(sentences):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{i}] is {type(text).__name__}, not str")
+            if "\n" in text.strip():
+                raise ValueError(f"texts[{i}] holds a line break: give one sentence per item")
+        cfg = self.decode_config(beam, nbest, lenpen)
+        found = decode_sentences(self.model, self.tokenizer, sentences, cfg, self.device,
+                                 self.precision, nbest=nbest, with_scores=return_scores,
+                                 engine=self.engine)
+        outputs = []
+        for hyps in found:
+            hyps = hyps + [Translation("")] * (nbest - len(hyps))  # an empty input: one ''
+            best = hyps if return_scores else [h.text for h in hyps]
+            outputs.append(best if nbest > 1 else best[0])
+        return outputs[0] if single else outputs
+
+    def attention(self, text: str) -> AttentionMaps:
+        """One sentence's greedy translation and the weights of every attention module.
+
+        `weights[name]` is (heads, queries, keys); `roles[name]` its role (encoder
+        self-attention, decoder self-attention, cross-attention, or the RNN's additive
+        alignment) and layer; `src_pieces`, `tgt_in_pieces` and `out_pieces` label the axes.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text is {type(text).__name__}, not str")
+        return attention_maps(self.model, self.tokenizer, text, self.recipe.decode, self.device)
+
+    def score(self, hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
+        """Detokenized cased sacreBLEU and chrF (and legacy lowercased BLEU) of the lines."""
+        hypotheses, references = list(hypotheses), list(references)
+        if len(hypotheses) != len(references):
+            raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+        return score(hypotheses, references, self.recipe.data.tgt_lang)
+
+    def __repr__(self) -> str:
+        return (f"Translator({self.arch}, step {self.step}, {self.device}, {self.precision}, "
+                f"{self.engine.name} engine)")
