@@ -48,12 +48,26 @@ def test_two_processes_update_as_one_with_accumulation(runs):
     assert alone["step"] == pair[0]["step"] == pair[1]["step"] == STEPS
     assert alone["position"] == pair[0]["position"] == 2 * STEPS  # two batches a step
     for name, weight in alone["model"].items():
-        torch.testing.assert_close(pair[0]["model"][name], weight, atol=1e-6, rtol=1e-5,
-                                   msg=lambda m: f"{name}: {m}")
+        if not name.endswith("k_proj.bias"):  # see below
+            torch.testing.assert_close(pair[0]["model"][name], weight, atol=1e-6, rtol=1e-5,
+                                       msg=lambda m: f"{name}: {m}")
         assert torch.equal(pair[0]["model"][name], pair[1]["model"][name]), name
     torch.testing.assert_close(torch.tensor(pair[0]["losses"]), torch.tensor(alone["losses"]),
                                atol=1e-6, rtol=1e-5)
     assert pair[0]["losses"] == pair[1]["losses"]  # the loss of the whole step, on every rank
+
+
+def test_key_biases_differ_by_rounding_alone(runs):
+    """A key bias adds q . b_k to every score of a query alike, which softmax cancels: its true
+    gradient is zero, and what backward computes is rounding noise. Adam divides that noise by
+    its own size, so the bias moves by full steps of either sign, and one process and two need
+    not agree on it. Ranks agree with each other exactly, and the biases stay at Adam's scale."""
+    alone, pair = runs
+    names = [n for n in alone["model"] if n.endswith("k_proj.bias")]
+    assert names
+    for name in names:
+        assert torch.equal(pair[0]["model"][name], pair[1]["model"][name]), name
+        assert alone["model"][name].abs().max() < 1e-3 * STEPS, name
 
 
 def test_each_rank_takes_every_other_batch():
