@@ -82,7 +82,7 @@ def test_mismatched_hyp_ref_and_bad_checkpoint(runner, tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a checkpoint")
     result = runner.invoke(main, ["decode", str(bad)], input="hello\n")
-    assert result.exit_code == 1 and "not a readable checkpoint" in result.output
+    assert result.exit_code == 1 and "bad.pt is not a checkpoint" in result.output
 
 
 def test_hub_name_offline_fails_with_one_line(runner, recipe_path, tmp_path):

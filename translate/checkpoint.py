@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from translate.config import Recipe, recipe_from_dict
+from translate.config import Recipe, data_from, data_relative_to, recipe_from_dict
 from translate.models import build_model
 from translate.tokenizer import Tokenizer
 from translate.tokens import SPECIAL_IDS
@@ -44,7 +44,7 @@ def save_checkpoint(path: Path, model: nn.Module, recipe: Recipe, tokenizer: Tok
     payload = {
         "format_version": FORMAT_VERSION,
         "model": model.state_dict(),
-        "recipe": recipe.to_dict(),
+        "recipe": data_relative_to(recipe, path.parent).to_dict(),
         "tokenizer": {"src": _bytes_tensor(tokenizer.src_model),
                       "tgt": _bytes_tensor(tokenizer.tgt_model), "special_ids": SPECIAL_IDS},
         "step": step,
@@ -116,6 +116,11 @@ def read_checkpoint(path: str | Path) -> dict:
         path = best
     if path.stat().st_size == 0:
         raise CheckpointError(f"{path}: the file is empty (was its writing cut short?)")
+    with open(path, "rb") as f:
+        if f.read(4) != b"PK\x03\x04":  # torch.save writes a zip archive
+            hint = " (it looks like a SentencePiece model)" if path.suffix == ".model" else ""
+            raise CheckpointError(f"{path} is not a checkpoint{hint}: give a run folder or a "
+                                  f".pt file that `translate train` wrote")
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
@@ -154,6 +159,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
     """Rebuild model, recipe and tokenizer from a checkpoint (or a run folder's best.pt)."""
     data = read_checkpoint(path)
     recipe = recipe_from_dict(data["recipe"], f"{path} (recipe)", resolved=True)
+    recipe = data_from(recipe, Path(path) if Path(path).is_dir() else Path(path).parent)
     tokenizer = checkpoint_tokenizer(data, path)
     model = build_model(recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size,
                         tokenizer.joint)

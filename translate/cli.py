@@ -23,7 +23,12 @@ USER_ERRORS = (ConfigError, DataError, CheckpointError, TrainingError, ValueErro
 
 
 def _fail(error: Exception) -> None:
-    """Exit with `error` as one `Error:` line, which names the rank of a torchrun run (not 0)."""
+    """Exit with `error` as one `Error:` line, which names the rank of a torchrun run (not 0).
+
+    A broken pipe (`translate decode ... | head -1`) is no error: Click ends the command
+    quietly, as Unix tools do."""
+    if isinstance(error, BrokenPipeError):
+        raise error
     rank = current_rank()
     _exiting()
     raise click.ClickException(f"rank {rank}: {error}" if rank else str(error)) from None
@@ -44,12 +49,13 @@ engine_option = click.option(
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="translate")
+@click.version_option(package_name="translate-nmt")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
 def main(verbose: bool) -> None:
     """translate: encoder-decoder machine translation (Transformer, attention RNN)."""
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    from translate.utils import log_to_console
+
+    log_to_console(verbose)
     for noisy in ("datasets", "fsspec", "filelock", "urllib3", "huggingface_hub", "matplotlib",
                   "sacrebleu"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -69,9 +75,12 @@ def main(verbose: bool) -> None:
               help="Dataset to use instead of the recipe's (same as TRANSLATE_DATA); with "
               "--resume, the same data in another place.")
 @click.option("--device", default=None, help="cpu, cuda, cuda:1, mps (default: best available).")
-@click.option("--no-progress", is_flag=True, help="No progress bars.")
+@click.option("--no-progress", is_flag=True,
+              help="No progress bars (there are none unless stderr is a terminal).")
 def train(recipe, overrides, run_dir, resume_dir, data_path, device, no_progress):
     """Train a model from a RECIPE (YAML), then score it on the recipe's test splits.
+
+    What the run reports goes to stderr and into RUN_DIR/train.log.
 
     SIGINT (Ctrl-C) or SIGTERM saves RUN_DIR/last.pt and stops (exit code 128 + signal);
     `translate train --resume RUN_DIR` goes on from there, as does a run killed outright, from
@@ -88,23 +97,14 @@ def train(recipe, overrides, run_dir, resume_dir, data_path, device, no_progress
         # the run folder fails them all, with one message.
         with together(join(pick_device(device))):
             cfg, run_dir = _train_recipe(recipe, overrides, run_dir, resume_dir, data_path)
-        result = run_training(cfg, run_dir, device, progress=not no_progress,
-                              resume=bool(resume_dir))
+        run_training(cfg, run_dir, device, progress=not no_progress and sys.stderr.isatty(),
+                     resume=bool(resume_dir))
     except RankFailed as e:
         _fail_together(e)
-    except Interrupted as e:
-        if current_rank() == 0:  # the rank that saved the checkpoint says so
-            click.echo(str(e), err=True)
+    except Interrupted as e:  # rank 0, which saved the checkpoint, has logged it
         sys.exit(128 + e.signum)
     except USER_ERRORS as e:
         _fail(e)
-    if not result.main:  # another process of a torchrun run: rank 0 reports
-        return
-    click.echo(f"\nbest checkpoint: {result.best_checkpoint} (step {result.best_step} of "
-               f"{result.steps}, dev BLEU {result.best_dev_bleu:.2f})")
-    for split, scores in result.test_scores.items():
-        click.echo(f"\n== {split} ==\n{scores.summary()}")
-    click.echo(f"\nrun folder: {result.run_dir}")
 
 
 def _train_recipe(recipe: str | None, overrides: tuple, run_dir: str | None,
@@ -155,7 +155,7 @@ def _resume_recipe(run_dir: str, overrides: tuple, data_path: str | None):
 @click.option("-i", "--input", "input_path", default="-", help="Source sentences, one a line (- = stdin).")
 @click.option("-o", "--output", "output_path", default="-", help="Translations (- = stdout).")
 @click.option("--beam", type=click.IntRange(min=1), default=None,
-              help="Beam size; 1 = greedy (default: the recipe's).")
+              help="Beam size; 1 = greedy (default: the recipe's decode.beam, 5).")
 @click.option("--nbest", type=click.IntRange(min=1), default=1, show_default=True,
               help="Hypotheses per sentence (<= beam), written as 'i ||| text ||| score logprob'.")
 @click.option("--lenpen", type=float, default=None,
@@ -168,7 +168,8 @@ def _resume_recipe(run_dir: str, overrides: tuple, data_path: str | None):
               help="Sentences per batch (also capped by --max-tokens).")
 @click.option("--chunk", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="Lines read, decoded and written at a time, so any input size fits in memory.")
-@click.option("--interactive", is_flag=True, help="Translate each line as soon as it is typed.")
+@click.option("--interactive", is_flag=True, help="Translate each line as soon as it is typed "
+              "(the default when stdin is a terminal).")
 @click.option("--device", default=None, help="cpu, cuda, mps (default: best available).")
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]),
               default=None, help="Decoding precision (default: the recipe's train.precision); "
@@ -176,7 +177,11 @@ def _resume_recipe(run_dir: str, overrides: tuple, data_path: str | None):
 @engine_option
 def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max_tokens,
            batch_size, chunk, interactive, device, precision, engine):
-    """Translate raw sentences with a CHECKPOINT (a .pt file or a run folder)."""
+    """Translate raw sentences with a CHECKPOINT (a .pt file or a run folder).
+
+    At a terminal (no -i, stdin not redirected) it is interactive: each line is translated as
+    soon as it is typed.
+    """
     from dataclasses import replace
 
     from translate.checkpoint import load_checkpoint
@@ -195,6 +200,7 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max
             raise click.UsageError(f"--nbest ({nbest}) cannot exceed the beam size ({cfg.beam})")
         model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
                                           dev, engine)
+        interactive = interactive or (input_path == "-" and sys.stdin.isatty())
         with _open_input(input_path) as source, _open_output(output_path) as sink:
             first = 0
             for lines in _chunks(source, input_path, 1 if interactive else chunk):
@@ -270,7 +276,7 @@ def _read_input(path: str) -> list[str]:
 @click.option("--ref", type=click.Path(dir_okay=False), help="Reference file (with --hyp).")
 @click.option("--lang", default=None, help="Target language for legacy tokenization (default de).")
 @click.option("--beam", type=click.IntRange(min=1), default=None,
-              help="Beam size; 1 = greedy (default: the recipe's).")
+              help="Beam size; 1 = greedy (default: the recipe's decode.beam, 5).")
 @click.option("--lenpen", type=float, default=None, help="Length penalty alpha for beam search.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option("--device", default=None)
@@ -351,11 +357,13 @@ def _score_checkpoint(checkpoint, splits, data_path, device, beam=None, lenpen=N
 @click.option("--device", default=None, help="cpu, cuda, mps (default: best available).")
 @click.option("--samples", type=click.IntRange(min=0), default=5, show_default=True,
               help="Sample translations shown side by side.")
+@click.option("--beam", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Every system's beam size; 1 = greedy.")
 @engine_option
-def compare(run_dirs, split, output, data_path, device, samples, engine):
+def compare(run_dirs, split, output, data_path, device, samples, beam, engine):
     """Compare RUN_DIRS on one split and write a Markdown report; the first run is the baseline.
 
-    Each run's best.pt decodes the split now (greedy). The report has a table per system,
+    Each run's best.pt decodes the split now (beam 5 unless --beam says otherwise). The report has a table per system,
     sacreBLEU's paired bootstrap test, BLEU by source length, learning curves, attention maps
     and sample translations.
     """
@@ -366,7 +374,7 @@ def compare(run_dirs, split, output, data_path, device, samples, engine):
         if data_path:
             os.environ.pop("TRANSLATE_DATA", None)
         results = run_compare(run_dirs, split, output, data_path, device, samples,
-                              progress=sys.stderr.isatty(), engine=engine)
+                              progress=sys.stderr.isatty(), engine=engine, beam=beam)
     except USER_ERRORS as e:
         _fail(e)
     click.echo("\n".join(findings(results)))

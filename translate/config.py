@@ -6,7 +6,9 @@ A recipe has five sections, each a dataclass below:
     tokenizer:  the SentencePiece spec (a path into tokenizers/ or inline keys)
     model:      the architecture (`arch` picks the model and its config from translate.models)
     train:      optimisation, batching, validation and stopping
-    decode:     search settings used for validation, `translate decode` and `evaluate`
+    decode:     search settings for `translate decode`, `evaluate`, `compare`, the API, the
+                server and the test splits' decode when training ends (validation has its own
+                `train.valid_beam`)
 
 An unknown key anywhere is an error that names the file and lists the valid keys.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -50,7 +53,8 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TokenizerConfig:
-    spec: Optional[str] = None  # YAML file in tokenizers/; its keys fill the fields below
+    # YAML file in tokenizers/; its keys fill the fields below (and a run saves them, not it)
+    spec: Optional[str] = None
     model_type: str = "unigram"  # unigram | bpe
     vocab_size: int = 8000
     character_coverage: float = 1.0
@@ -80,6 +84,7 @@ class TrainConfig:
     eval_every_minutes: float = 0.0  # also validate when this much wall-clock passed; 0: off
     # Splits scored at every validation to draw learning curves; never used to pick a model.
     monitor_splits: tuple = ()
+    valid_beam: int = 1  # beam for validation's dev BLEU (1: greedy, fast); decode.beam for use
     patience: int = 0  # validations without dev-BLEU gain before stopping; 0: never
     keep_last: int = 2  # step checkpoints kept besides best.pt
     save_every: int = 250  # steps between last.pt saves, for --resume (besides step_N.pt); 0: off
@@ -98,7 +103,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    beam: int = 1  # 1: greedy
+    beam: int = 5  # 1: greedy
     lenpen: float = 0.6  # GNMT length penalty alpha for beam search; 0: rank by log-probability
     max_len_a: float = 1.5  # output limit a * source length + b
     max_len_b: int = 10
@@ -150,6 +155,8 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple = (
             raise ConfigError(f"{path}: the recipe is empty")
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: a recipe is a mapping of sections, got {type(raw).__name__}")
+        if isinstance(raw.get("data"), dict) and "dataset" in raw["data"]:  # a saved recipe's
+            raw["data"]["dataset"] = _dataset_from(raw["data"]["dataset"], path.parent)
     for item in overrides:
         _apply_override(raw, item)
     return recipe_from_dict(raw, where, base_dir=path.parent if path else Path.cwd())
@@ -179,6 +186,8 @@ def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = N
     if unknown:
         raise ConfigError(f"{where}: unknown section(s) {sorted(unknown)}; valid: "
                           "['data', 'decode', 'model', 'tokenizer', 'train']")
+    if resolved:
+        raw = upgrade_recipe(raw)
     sections = {}
     for name, cls in SECTIONS.items():
         values = dict(_section(raw, name, where))
@@ -191,6 +200,17 @@ def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = N
         raise ConfigError(f"{where}: model.arch {arch!r} is unknown; valid: {sorted(MODELS)}")
     sections["model"] = _build(MODELS[arch].config, model_raw, f"{where}: model")
     return Recipe(**sections)
+
+
+def upgrade_recipe(raw: dict) -> dict:
+    """A recipe saved before validation had its own beam (`train.valid_beam`): its decode.beam
+    was validation's, usually greedy; it becomes valid_beam, and decode.beam takes today's
+    default, so that `translate decode` on an older run searches with a beam of 5 too."""
+    train, decode = raw.get("train"), raw.get("decode")
+    if not isinstance(train, dict) or not isinstance(decode, dict) or "valid_beam" in train:
+        return raw
+    return {**raw, "train": {**train, "valid_beam": decode.get("beam", 1)},
+            "decode": {**decode, "beam": DecodeConfig.beam}}
 
 
 def _section(raw: dict, name: str, where: str) -> dict:
@@ -214,7 +234,8 @@ def _merge_spec(values: dict, where: str, base_dir: Path | None) -> dict:
     if not isinstance(spec_values, dict):
         raise ConfigError(f"{found}: a tokenizer spec is a mapping")
     _build(TokenizerConfig, spec_values, str(found))  # validates the spec's own keys
-    return {**spec_values, **values, "spec": str(found)}
+    # The spec's keys are now in the recipe: a saved recipe needs no file (spec is dropped).
+    return {**spec_values, **values, "spec": None}
 
 
 def _build(cls: type, values: dict, where: str):
@@ -232,7 +253,8 @@ def _build(cls: type, values: dict, where: str):
 # Sizes and counts that must be at least 1; no number in a recipe may be negative.
 AT_LEAST_ONE = {"max_tokens", "accum_steps", "log_every", "vocab_size", "max_sentences", "d_model",
                 "heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions",
-                "embed_dim", "encoder_hidden", "decoder_hidden", "attn_dim", "beam", "max_len"}
+                "embed_dim", "encoder_hidden", "decoder_hidden", "attn_dim", "beam", "max_len",
+                "valid_beam"}
 
 
 def _check_range(key: str, value: Any, where: str) -> None:
@@ -306,7 +328,7 @@ def _apply_override(raw: dict, item: str) -> None:
 # Everything else (model, data, tokenizer, optimisation) shapes the weights and stays as trained.
 RESUME_KEYS = ("max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
                "patience", "keep_last", "save_every", "log_every", "threads", "max_bad_losses",
-               "monitor_splits", "engine")
+               "monitor_splits", "engine", "valid_beam")
 
 
 def load_run_recipe(run_dir: Path, overrides: list[str] | tuple = ()) -> Recipe:
@@ -323,9 +345,42 @@ def load_run_recipe(run_dir: Path, overrides: list[str] | tuple = ()) -> Recipe:
             raise ConfigError(f"--set {key!r}: a resumed run keeps its recipe; only these train "
                               f"keys may change: {', '.join(RESUME_KEYS)}")
         _apply_override(raw, item)
-    return recipe_from_dict(raw, str(path), resolved=True)
+    return data_from(recipe_from_dict(raw, str(path), resolved=True), Path(run_dir))
 
 
 def save_recipe(recipe: Recipe, path: Path) -> None:
+    """Write the recipe as YAML, its local data folder relative to the file's folder."""
+    recipe = data_relative_to(recipe, path.parent)
     path.write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False, allow_unicode=True),
                     encoding="utf-8")
+
+
+def _local_relative(dataset: str) -> bool:
+    return not (Path(dataset).is_absolute() or dataset.startswith("~")) and Path(dataset).exists()
+
+
+def data_relative_to(recipe: Recipe, folder: Path) -> Recipe:
+    """The recipe with a local data folder given relative to the working directory rewritten
+    relative to `folder` (a run folder): saved so, a run finds its data from anywhere. Hub
+    names and absolute paths stay as they are."""
+    dataset = recipe.data.dataset
+    if not _local_relative(dataset):
+        return recipe
+    moved = os.path.relpath(Path(dataset).resolve(), Path(folder).resolve())
+    return dataclasses.replace(recipe, data=dataclasses.replace(recipe.data, dataset=moved))
+
+
+def data_from(recipe: Recipe, folder: Path) -> Recipe:
+    """The inverse of `data_relative_to` for a recipe saved in `folder`."""
+    dataset = _dataset_from(recipe.data.dataset, folder)
+    return dataclasses.replace(recipe, data=dataclasses.replace(recipe.data, dataset=dataset))
+
+
+def _dataset_from(dataset: Any, folder: Path) -> Any:
+    """A relative data path that exists from `folder`, as a path from the working directory;
+    anything else (a hub name, an absolute path, a path that exists only from the working
+    directory, as in recipes saved before data paths were stored relative) as it is."""
+    if not isinstance(dataset, str) or Path(dataset).is_absolute() or dataset.startswith("~"):
+        return dataset
+    there = Path(folder) / dataset
+    return os.path.relpath(there.resolve()) if there.exists() else dataset

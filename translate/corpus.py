@@ -235,15 +235,21 @@ def _cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def sample_pairs(cfg: DataConfig, split: str, size: int,
-                 seed: int = 1) -> tuple[list[str], list[str], CleanStats]:
+def sample_pairs(cfg: DataConfig, split: str, size: int, seed: int = 1,
+                 progress: bool = False) -> tuple[list[str], list[str], CleanStats]:
     """Up to `size` pairs the text rules keep, drawn uniformly from the split as it streams by
     (reservoir sampling, seeded): what SentencePiece trains on. A split of at most `size` usable
     pairs comes back whole, in order."""
+    from tqdm.auto import tqdm
+
     rng = random.Random(seed)
     src, tgt, stats, seen = [], [], CleanStats(), 0
-    for chunk in read_chunks(find_split(cfg, split), cfg, CHUNK_PAIRS):
+    source = find_split(cfg, split)
+    bar = tqdm(desc=f"reading {source.where} for SentencePiece", unit=" pairs", unit_scale=True,
+               disable=not progress, leave=False, dynamic_ncols=True)
+    for chunk in read_chunks(source, cfg, CHUNK_PAIRS):
         s, t = parse_chunk(chunk, cfg.src_lang, cfg.tgt_lang)
+        bar.update(len(s))
         keep, chunk_stats = clean_text_pairs(s, t)
         stats.add(chunk_stats)
         for i in keep:
@@ -253,4 +259,5 @@ def sample_pairs(cfg: DataConfig, split: str, size: int,
             elif (j := rng.randrange(seen + 1)) < size:
                 src[j], tgt[j] = s[i], t[i]
             seen += 1
+    bar.close()
     return src, tgt, stats

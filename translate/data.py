@@ -13,6 +13,8 @@ import hashlib
 import itertools
 import logging
 import os
+import socket
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional, Sequence
@@ -114,6 +116,7 @@ def _table_chunks(source: SplitSource, cfg: DataConfig, size: int) -> Iterator[C
 
     if source.kind == "hub":
         try:
+            _offline_unless_hub_answers()
             rows = datasets.load_dataset(source.dataset, source.subset, split=source.name,
                                          streaming=True)
             batches = iter(rows.iter(batch_size=size))
@@ -141,10 +144,32 @@ def _table_chunks(source: SplitSource, cfg: DataConfig, size: int) -> Iterator[C
                         f"{first_line(e)}") from None
 
 
+_HUB_DOWN: list[str] = []  # why the hub did not answer, once this process has found out
+
+
+def _offline_unless_hub_answers(timeout: float = 3.0) -> None:
+    """Put `datasets` in offline mode (its local cache only) when the hub's host does not take a
+    connection within `timeout` seconds: it would otherwise retry for half a minute, warning at
+    every try, before it gave up."""
+    import datasets
+    import huggingface_hub.constants as hub
+
+    if hub.HF_HUB_OFFLINE or _HUB_DOWN:
+        return
+    url = urllib.parse.urlsplit(hub.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+    except OSError as e:
+        _HUB_DOWN.append(f"{url.hostname}: {e.strerror or first_line(e)}")
+        datasets.config.HF_HUB_OFFLINE = hub.HF_HUB_OFFLINE = True
+
+
 def _hub_error(source: SplitSource, e: Exception) -> DataError:
     first = first_line(e)
     if "split" in first.lower() and "unknown" in first.lower():
         return DataError(f"{source.dataset}: {first}")
+    if _HUB_DOWN:
+        first = f"the hub does not answer ({_HUB_DOWN[0]}) and the dataset is not in the local cache"
     return DataError(
         f"could not load '{source.dataset}' from the Hugging Face hub ({first}). Offline? Point "
         f"at a local copy with `--data PATH` or the environment variable TRANSLATE_DATA=PATH.")
@@ -181,6 +206,7 @@ def split_identity(source: SplitSource) -> dict:
     import datasets
 
     try:
+        _offline_unless_hub_answers()
         builder = datasets.load_dataset_builder(source.dataset, source.subset)
     except Exception as e:
         raise _hub_error(source, e) from None

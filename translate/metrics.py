@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+
+log = logging.getLogger(__name__)
 
 
 class MetricsLog:
@@ -16,15 +19,19 @@ class MetricsLog:
         self.path, self.enabled = path, enabled  # disabled: a rank other than 0 writes nothing
         self.file = self.tb = None  # opened by the first write: a run that fails first leaves none
         self.purge_step: Optional[int] = None  # TensorBoard hides its events from here (resuming)
+        self.told = False  # that TensorBoard is not installed
 
     def _tensorboard(self, purge_step: Optional[int] = None):
         """A TensorBoard writer, hiding earlier events from `purge_step` on; None without it."""
         try:
             from torch.utils.tensorboard import SummaryWriter
-
-            return SummaryWriter(str(self.path.parent / "tensorboard"), purge_step=purge_step)
-        except Exception:  # tensorboard is optional
+        except ImportError:  # tensorboard is optional: say so once, and go on without it
+            if not self.told:
+                log.info("no TensorBoard events (metrics.jsonl only): pip install "
+                         "'translate-nmt[tensorboard]' for them")
+                self.told = True
             return None
+        return SummaryWriter(str(self.path.parent / "tensorboard"), purge_step=purge_step)
 
     def write(self, record: dict) -> None:
         if not self.enabled:

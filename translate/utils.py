@@ -1,8 +1,9 @@
-"""Small helpers: device choice, seeding and random states, autocast."""
+"""Small helpers: console logging, device choice, seeding and random states, autocast."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import platform
 import random
 import signal
@@ -18,10 +19,45 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text.strip() else type(error).__name__
 
 
+class ConsoleHandler(logging.Handler):
+    """Log records as plain lines on stderr (warnings marked), written above any progress bar.
+
+    stderr is looked up at each record, so a redirected or captured stream gets the lines.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm
+
+        try:
+            message = record.getMessage()
+            if record.levelno >= logging.WARNING:
+                message = f"{record.levelname.lower()}: {message}"
+            elif record.levelno < logging.INFO:
+                message = f"{record.name}: {message}"
+            tqdm.write(message, file=sys.stderr)
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+
+def log_to_console(verbose: bool = False) -> None:
+    """What the package logs goes to stderr, one plain line a record (debug lines with
+    `verbose`); other libraries' warnings keep Python's default."""
+    logger = logging.getLogger("translate")
+    for handler in [h for h in logger.handlers if isinstance(h, ConsoleHandler)]:
+        logger.removeHandler(handler)
+    logger.addHandler(ConsoleHandler())
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
 def pick_device(name: str | None = None) -> torch.device:
     """CUDA > MPS > CPU unless `name` says otherwise."""
     if name:
-        device = torch.device(name)
+        try:
+            device = torch.device(name)
+        except RuntimeError:
+            raise ValueError(f"--device {name!r} is not a device: use cpu, cuda, cuda:N or "
+                             f"mps") from None
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"--device {name}: CUDA is not available on this machine")
         if device.type == "mps" and not torch.backends.mps.is_available():

@@ -26,11 +26,12 @@ SECTIONS = ["## Findings", "## Systems", "## Significance: paired bootstrap resa
 
 @pytest.fixture(scope="module")
 def report(trained_run, trained_rnn_run, small_data, tmp_path_factory):
-    """The report folder of `compare` on both tiny runs (Transformer first: the baseline)."""
+    """The report folder of `compare` on both tiny runs (Transformer first: the baseline),
+    greedy as the tiny runs' test decode was."""
     out = tmp_path_factory.mktemp("report")
     result = CliRunner().invoke(main, ["compare", str(trained_run.run_dir),
                                        str(trained_rnn_run.run_dir), "--data", str(small_data),
-                                       "-o", str(out), "--samples", "4"])
+                                       "-o", str(out), "--samples", "4", "--beam", "1"])
     assert result.exit_code == 0, result.output
     assert f"report: {out / 'report.md'}" in result.output
     return out, json.loads((out / "results.json").read_text(encoding="utf-8"))

@@ -62,7 +62,12 @@ CASES = {
     "decode truncated checkpoint": (lambda h: ["decode", p(h, "truncated.pt")],
                                     "truncated.pt: not a readable checkpoint"),
     "decode text as checkpoint": (lambda h: ["decode", p(h, "bad_utf8.txt")],
-                                  "bad_utf8.txt: not a readable checkpoint"),
+                                  "bad_utf8.txt is not a checkpoint: give a run folder or a .pt"),
+    "decode spm.model as checkpoint": (lambda h: ["decode", h["run"] + "/spm.model"],
+                                       "spm.model is not a checkpoint (it looks like a "
+                                       "SentencePiece model)"),
+    "decode unknown device": (lambda h: ["decode", h["ckpt"], "--device", "gpu"],
+                              "--device 'gpu' is not a device: use cpu, cuda, cuda:N or mps"),
     "decode other vocabulary": (lambda h: ["decode", p(h, "other_vocab.pt")],
                                 "weights do not fit the recipe's transformer model (size mismatch"),
     "decode other model type": (lambda h: ["decode", p(h, "other_model.pt")],

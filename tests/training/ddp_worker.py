@@ -13,14 +13,7 @@ from translate.config import load_recipe  # noqa: E402
 from translate.metrics import MetricsLog  # noqa: E402
 from translate.training import Trainer, prepare_data  # noqa: E402
 from translate.training.distributed import join  # noqa: E402
-
-
-class NoBar:
-    def update(self, *args) -> None:
-        pass
-
-    def set_postfix(self, **kwargs) -> None:
-        pass
+from translate.training.progress import TrainingBar  # noqa: E402
 
 
 def main(recipe: str, data: str, out: str, steps: int, accum: int) -> None:
@@ -34,7 +27,7 @@ def main(recipe: str, data: str, out: str, steps: int, accum: int) -> None:
     trainer = Trainer(cfg, run_dir, prepare_data(cfg, run_dir), metrics, "cpu", False, world)
     trainer.epoch, trainer.monitor = 1, {}
     trainer.start = trainer.last_eval = time.perf_counter()
-    trainer.bar = NoBar()
+    trainer.bar = TrainingBar(cfg.train, enabled=False)
     batches = trainer.epoch_batches()
     for _ in range(steps):
         trainer.next_step(batches)

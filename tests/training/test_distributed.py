@@ -78,14 +78,15 @@ def test_each_rank_takes_every_other_batch():
 
 
 def torchrun(data: Path, cwd: Path, *args: str) -> str:
-    """`torchrun --nproc_per_node 2 -m translate ARGS --data DATA`; its stdout, once it passed."""
+    """`torchrun --nproc_per_node 2 -m translate ARGS --data DATA`; what it reported (stderr),
+    once it passed."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m", "translate",
            *args, "--data", str(data), "--no-progress"]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout
+    return result.stderr
 
 
 def sets(*items: str) -> list[str]:

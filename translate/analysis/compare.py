@@ -96,10 +96,10 @@ def _unique_names(run_dirs: Sequence[str | Path]) -> list[str]:
 
 
 def _decode(run: Run, src: list[str], refs: list[str], device: torch.device, progress: bool,
-            engine: Engine) -> tuple[list[str], dict]:
+            engine: Engine, beam: int) -> tuple[list[str], dict]:
     """The run's hypotheses and its row of the systems table."""
     recipe, model, tokenizer = run.loaded.recipe, run.loaded.model, run.loaded.tokenizer
-    cfg = replace(recipe.decode, beam=1)  # every system greedy, whatever its recipe says
+    cfg = replace(recipe.decode, beam=beam)  # every system the same beam, whatever its recipe
     precision = resolve_precision(recipe.train.precision, device)
     log.info("decoding %d sentences with %s", len(src), run.name)
     # warm up untimed, so the first run does not pay for one-time setup in its speed
@@ -117,7 +117,8 @@ def _decode(run: Run, src: list[str], refs: list[str], device: torch.device, pro
 
 def compare(run_dirs: Sequence[str | Path], split: str, output: str | Path,
             data: str | None = None, device: str | None = None, samples: int = 5,
-            progress: bool = False, n_bootstrap: int = 1000, engine: str = "auto") -> dict:
+            progress: bool = False, n_bootstrap: int = 1000, engine: str = "auto",
+            beam: int = 5) -> dict:
     """Decode `split` with every run's best.pt and write the report; returns results.json's dict.
 
     Args:
@@ -127,6 +128,7 @@ def compare(run_dirs: Sequence[str | Path], split: str, output: str | Path,
         data: a dataset (folder or hub name) instead of the first run's `data.dataset`.
         samples: sample translations to show.
         engine: auto, fast or plain (`translate.engine`).
+        beam: every system's beam size (1: greedy); each recipe's length penalty.
     """
     pyplot()  # fail before decoding when matplotlib is missing
     dev = pick_device(device)
@@ -150,7 +152,7 @@ def compare(run_dirs: Sequence[str | Path], split: str, output: str | Path,
 
     hyps, rows = {}, []
     for run in runs:
-        hyps[run.name], row = _decode(run, src, refs, dev, progress, decoder)
+        hyps[run.name], row = _decode(run, src, refs, dev, progress, decoder, beam)
         row["hypotheses"] = f"{run.name}.{split}.hyp.{data_cfg.tgt_lang}"
         (output / row["hypotheses"]).write_text("".join(h + "\n" for h in hyps[run.name]),
                                                 encoding="utf-8")
@@ -159,7 +161,7 @@ def compare(run_dirs: Sequence[str | Path], split: str, output: str | Path,
     results = {
         "split": split, "dataset": resolve_dataset(data_cfg), "sentences": len(src),
         "device": str(dev),
-        "threads": torch.get_num_threads(), "decoding": "greedy", "systems": rows,
+        "threads": torch.get_num_threads(), "decoding": "greedy" if beam == 1 else f"beam {beam}", "systems": rows,
         "significance": paired_bootstrap(list(hyps), list(hyps.values()), refs, n_bootstrap),
         "length_buckets": buckets,
         "samples": [{"index": i, "source": src[i], "reference": refs[i],

@@ -66,7 +66,7 @@ def pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise ValueError("figures need matplotlib: pip install 'translate[plots]'") from None
+        raise ValueError("figures need matplotlib: pip install 'translate-nmt[plots]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

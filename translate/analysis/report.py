@@ -23,7 +23,8 @@ def _num(value: float | None, digits: int = 2) -> str:
 
 def _setup(results: dict) -> str:
     threads = results["threads"]
-    return f"greedy, {results['device']}, {threads} CPU thread{'s' if threads != 1 else ''}"
+    return (f"{results.get('decoding', 'greedy')}, {results['device']}, {threads} CPU "
+            f"thread{'s' if threads != 1 else ''}")
 
 
 def findings(results: dict) -> list[str]:

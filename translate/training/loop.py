@@ -34,6 +34,7 @@ from translate.training.compilation import compiled, engine_name
 from translate.training.distributed import World, agree, all_sum_, any_rank, sum_gradients
 from translate.training.optim import make_optimizer, skips_on_device, step_unless, update_ema
 from translate.training.prepare import TrainingData
+from translate.training.progress import TrainingBar
 from translate.training.validation import dev_loss, perplexity, validation_scores
 from translate.utils import (autocast, pick_device, resolve_precision, rng_state,
                              seed_everything, set_rng_state, stop_signals)
@@ -95,10 +96,10 @@ class Trainer:
         self.n_params = count_parameters(self.model)
         if world.is_main:
             processes = f", {world.size} processes" if world.size > 1 else ""
-            print(f"{recipe.model.arch}: {self.n_params / 1e6:.2f}M parameters, device "
-                  f"{self.device}, precision {self.precision}, {self.engine.name} engine"
-                  f"{', compiled' if self.cfg.compile else ''}, {torch.get_num_threads()} CPU "
-                  f"threads{processes}", flush=True)
+            log.info("%s: %.2fM parameters, device %s, precision %s, %s engine%s, %d CPU "
+                     "threads%s", recipe.model.arch, self.n_params / 1e6, self.device,
+                     self.precision, self.engine.name, ", compiled" if self.cfg.compile else "",
+                     torch.get_num_threads(), processes)
         # The compiled forward shares the model's parameters; checkpoints save the model itself,
         # so their names carry no torch.compile prefix.
         self.forward = compiled(self.model, self.device) if self.cfg.compile else self.model
@@ -125,12 +126,9 @@ class Trainer:
 
     def run(self) -> int:
         """Train until a stopping rule fires; SIGINT/SIGTERM save last.pt and raise Interrupted."""
-        from tqdm.auto import tqdm
-
         self.monitor = {s: load_split(self.recipe.data, s) for s in self.cfg.monitor_splits}
-        self.bar = tqdm(total=self.cfg.max_steps or None, initial=self.step,
-                        disable=not (self.progress and self.world.is_main), unit="step",
-                        dynamic_ncols=True)
+        self.bar = TrainingBar(self.cfg, self.step, self.elapsed,
+                               enabled=self.progress and self.world.is_main)
         self.start = time.perf_counter() - self.elapsed  # a resumed run counts the time spent
         self.last_eval = time.perf_counter()
         stop = False
@@ -170,7 +168,7 @@ class Trainer:
         self.elapsed = now - self.start
         if figures is None:  # a skipped step (CPU): nothing to log, validate or save
             return False
-        self.bar.update(1)
+        self.bar.advance(self.step, self.elapsed)
         self.log_train(now - t0)
         # Stop early enough that the final validation ends within the budget.
         out_of_time = cfg.max_minutes and (
@@ -217,8 +215,8 @@ class Trainer:
                   "train_seconds": self.train_seconds, "world_size": self.world.size,
                   "step_tokens": w.tokens / len(w.losses)}  # target tokens per step, all ranks
         self.metrics.write(record)
-        self.bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.2e}",
-                             tok_s=f"{record['tok_per_s']:.0f}", ep=self.epoch)
+        self.bar.show(loss=f"{record['loss']:.3f}", lr=f"{lr:.2e}",
+                      tok_s=f"{record['tok_per_s']:.0f}", ep=self.epoch)
         self.window = LogWindow()
 
     # -- one optimizer step ------------------------------------------------------------------
@@ -333,8 +331,8 @@ class Trainer:
                   "dev_ppl": perplexity(loss), "best": improved, "elapsed": self.elapsed,
                   "train_seconds": self.train_seconds, **bleus}
         self.metrics.write(record)
-        tqdm_write(f"step {self.step}: dev loss {loss:.3f}, dev BLEU {bleu:.2f}"
-                   f"{' (best)' if improved else ''}, {self.elapsed / 60:.1f} min")
+        log.info("step %d: dev loss %.3f, dev BLEU %.2f%s, %.1f min", self.step, loss, bleu,
+                 " (best)" if improved else "", self.elapsed / 60)
         # Counters first, so the checkpoints hold them; best.pt before step_N.pt, so a crash
         # between the two resumes from an older step and validates (and saves best.pt) again.
         self.bad_evals = 0 if improved else self.bad_evals + 1
@@ -394,13 +392,3 @@ class Trainer:
                             if 0 <= step_number(p) <= self.step), key=step_number)
         self.metrics.truncate(self.step)
         set_rng_state(data["rng"])
-
-
-def tqdm_write(message: str) -> None:
-    """Print above the progress bar, at once even when stdout is a file."""
-    import sys
-
-    from tqdm.auto import tqdm
-
-    tqdm.write(message)
-    sys.stdout.flush()

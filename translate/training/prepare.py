@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -44,7 +45,7 @@ def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] =
     cfg = recipe.data
     log.info("dataset: %s (%s -> %s)", resolve_dataset(cfg), cfg.src_lang, cfg.tgt_lang)
     if tokenizer is None:
-        tokenizer = on_main(lambda: train_tokenizer(recipe, run_dir), world)
+        tokenizer = on_main(lambda: train_tokenizer(recipe, run_dir, progress), world)
     log.info("tokenizer: %s %d pieces (%s)", recipe.tokenizer.model_type, tokenizer.tgt_vocab_size,
              "joint" if tokenizer.joint else "separate vocabularies")
     corpus = main_first(lambda: encoded_corpus(cfg, "train", tokenizer, cfg.num_proc, progress),
@@ -62,7 +63,7 @@ def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] =
     return TrainingData(tokenizer, train, read_dev(recipe, tokenizer), corpus.key)
 
 
-def train_tokenizer(recipe: Recipe, run_dir: Path) -> Tokenizer:
+def train_tokenizer(recipe: Recipe, run_dir: Path, progress: bool = False) -> Tokenizer:
     """SentencePiece trained on up to `tokenizer.max_sentences` sentences drawn from the train
     split (or the recipe's `tokenizer.model`), saved into `run_dir`."""
     cfg, tok = recipe.data, recipe.tokenizer
@@ -71,10 +72,15 @@ def train_tokenizer(recipe: Recipe, run_dir: Path) -> Tokenizer:
         tokenizer.save(run_dir, cfg.src_lang, cfg.tgt_lang)
         return tokenizer
     src, tgt, stats = sample_pairs(cfg, "train", tok.max_sentences // (2 if tok.joint else 1),
-                                   recipe.train.seed)
+                                   recipe.train.seed, progress)
     if not src:
         raise no_usable_pairs(cfg, stats)
+    sentences = len(src) + len(tgt) if tok.joint else f"{len(src)} + {len(tgt)}"
+    log.info("training SentencePiece (%s, %d pieces%s) on %s sentences", tok.model_type,
+             tok.vocab_size, ", joint" if tok.joint else "", sentences)
+    start = time.perf_counter()
     tokenizer = Tokenizer.train(src, tgt, tok, recipe.train.seed)
+    log.info("SentencePiece trained in %.1f s", time.perf_counter() - start)
     tokenizer.save(run_dir, cfg.src_lang, cfg.tgt_lang)
     return tokenizer
 

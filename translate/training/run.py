@@ -4,6 +4,7 @@ the test splits' translations)."""
 from __future__ import annotations
 
 import logging
+import shutil
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +17,11 @@ from translate.evaluation import evaluate_split
 from translate.metrics import MetricsLog
 from translate.training.checkpoints import resume_point
 from translate.training.distributed import World, join, together
-from translate.training.loop import Trainer
+from translate.training.loop import Interrupted, Trainer
 from translate.training.prepare import prepare_data
 from translate.utils import first_line, pick_device
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -38,18 +41,43 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
 
     With `resume`, continue the run in `run_dir` from its newest readable checkpoint instead;
     `recipe` is then the run's own (see `config.load_run_recipe`). Under torchrun, a failure
-    while the run starts, on any rank, raises `RankFailed` on every rank.
+    while the run starts, on any rank, raises `RankFailed` on every rank. A new run that fails
+    before its first step leaves no run folder behind. What the run reports is logged (the
+    `translate` logger), and copied into the run folder's train.log.
     """
     world = join(pick_device(device))  # several processes under torchrun, else one
+    new_folder = world.is_main and not resume and not run_dir.exists()
     with ExitStack() as cleanup:
-        with together(world):
-            trainer = _start(recipe, run_dir, device, progress, resume, world, cleanup)
-        steps = trainer.run()
+        try:
+            with together(world):
+                trainer = _start(recipe, run_dir, device, progress, resume, world, cleanup)
+        except BaseException:
+            cleanup.close()  # the log file, before its folder goes
+            if new_folder:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        try:
+            steps = trainer.run()
+        except Interrupted as e:
+            if world.is_main:
+                log.warning("%s", e)
+            raise
         if not world.is_main:  # rank 0 scores the test splits and reports
             return TrainResult(run_dir, run_dir / "best.pt", -1, steps, -1.0, main=False)
         best = load_checkpoint(run_dir / "best.pt", trainer.device)
         scores = test_scores(best, trainer, progress)
-    return TrainResult(run_dir, run_dir / "best.pt", best.step, steps, trainer.best_bleu, scores)
+        result = TrainResult(run_dir, run_dir / "best.pt", best.step, steps, trainer.best_bleu,
+                             scores)
+        log.info("%s", summary(result))
+    return result
+
+
+def summary(result: TrainResult) -> str:
+    """The run's outcome as `translate train` reports it: best checkpoint, test scores, folder."""
+    lines = [f"\nbest checkpoint: {result.best_checkpoint} (step {result.best_step} of "
+             f"{result.steps}, dev BLEU {result.best_dev_bleu:.2f})"]
+    lines += [f"\n== {split} ==\n{scores.summary()}" for split, scores in result.test_scores.items()]
+    return "\n".join(lines + [f"\nrun folder: {result.run_dir}"])
 
 
 def _start(recipe: Recipe, run_dir: Path, device: Optional[str], progress: bool, resume: bool,
@@ -80,8 +108,8 @@ def _restore(trainer: Trainer, path: Path, checkpoint: dict) -> None:
         raise CheckpointError(f"{path}: cannot resume from it ({type(e).__name__}: "
                               f"{first_line(e)})") from None
     if trainer.world.is_main:
-        print(f"resuming from {path}: step {trainer.step}, epoch {trainer.epoch}, "
-              f"batch {trainer.position}", flush=True)
+        log.info("resuming from %s: step %d, epoch %d, batch %d", path, trainer.step,
+                 trainer.epoch, trainer.position)
 
 
 def test_scores(best: Loaded, trainer: Trainer, progress: bool) -> dict:
@@ -113,9 +141,15 @@ def _log_file(path: Path, enabled: bool = True) -> Iterator[None]:
         return
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.getLogger("translate").addHandler(handler)
+    handler.setLevel(logging.INFO)
+    logger = logging.getLogger("translate")
+    level = logger.level
+    if logger.getEffectiveLevel() > logging.INFO:  # a caller that never set logging up
+        logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
     try:
         yield
     finally:
-        logging.getLogger("translate").removeHandler(handler)
+        logger.removeHandler(handler)
+        logger.setLevel(level)
         handler.close()

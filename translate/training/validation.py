@@ -1,9 +1,10 @@
 """Validation: the dev loss, and the BLEU of the dev split (and any monitored split) translated
-the way `translate decode` would."""
+the way `translate decode` would, with validation's own beam (`train.valid_beam`)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -36,8 +37,9 @@ def validation_scores(model: nn.Module, tokenizer: Tokenizer, recipe: Recipe,
                       splits: dict[str, tuple[list[str], list[str]]], device: torch.device,
                       precision: str, engine: Engine) -> dict[str, float]:
     """{"<split>_bleu": BLEU} for each split of (sources, references), decoded as the recipe
-    says."""
-    return {f"{name}_bleu": evaluate_split(model, tokenizer, src, ref, recipe.decode,
+    says with validation's beam."""
+    cfg = replace(recipe.decode, beam=recipe.train.valid_beam)
+    return {f"{name}_bleu": evaluate_split(model, tokenizer, src, ref, cfg,
                                            recipe.data.tgt_lang, device, precision,
                                            engine).scores.bleu
             for name, (src, ref) in splits.items()}
