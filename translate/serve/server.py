@@ -61,18 +61,17 @@ def serve(path: str | Path, cfg: ServeConfig = ServeConfig(), host: str = "127.0
           port: int = 8000, device: str | None = None, precision: str | None = None,
           engine: str = "auto") -> None:
     """Serve the model at `path` until SIGINT or SIGTERM."""
-    translator = load_translator(path, device, precision, engine)
-    app = build_app(translator, cfg)
-    sock = bind(host, port)
-    config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
-                            lifespan="on", timeout_graceful_shutdown=5)
-    log.info("serving %s (%s, step %d, %s, %s) at %s", path, translator.arch, translator.step,
-             translator.device, translator.precision, url(sock))
-    try:
-        with sock:
+    sock = bind(host, port)  # first: a port in use fails before the model loads
+    with sock:
+        translator = load_translator(path, device, precision, engine)
+        config = uvicorn.Config(build_app(translator, cfg), log_config=None, log_level="warning",
+                                access_log=False, lifespan="on", timeout_graceful_shutdown=5)
+        log.info("serving %s (%s, step %d, %s, %s) at %s", path, translator.arch,
+                 translator.step, translator.device, translator.precision, url(sock))
+        try:
             uvicorn.Server(config).run(sockets=[sock])
-    finally:
-        log.info("stopped serving %s", url(sock) if sock.fileno() >= 0 else path)
+        finally:
+            log.info("stopped serving %s", path)
 
 
 @contextmanager

@@ -17,7 +17,7 @@ const AXIS_NAMES = {
 };
 // Blues, from white (weight 0) to dark blue (weight 1)
 const RAMP = [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
-const CELL = 26;
+const CELL = 28;
 
 let maps = null; // the last /attention answer
 
@@ -79,6 +79,7 @@ function german(tag, className, text) {
 }
 
 function showTranslations(sources, answer) {
+  // each source sentence, then its translation or its numbered n-best list, best first
   const list = $("translations");
   list.replaceChildren();
   sources.forEach((source, i) => {
@@ -86,18 +87,17 @@ function showTranslations(sources, answer) {
     const texts = answer.nbest > 1 ? answer.translations[i] : [answer.translations[i]];
     const scores = answer.nbest > 1 ? answer.scores[i] : [answer.scores[i]];
     item.append(element("p", "source", source));
-    const best = german("p", "best", texts[0]);
-    best.append(score(scores[0]));
-    item.append(best);
-    if (texts.length > 1) {
-      const more = element("ol", "alternatives");
-      more.start = 2;
-      texts.slice(1).forEach((text, j) => {
-        const alt = german("li", null, text);
-        alt.append(score(scores[j + 1]));
-        more.append(alt);
-      });
-      item.append(more);
+    const lines = texts.map((text, j) => {
+      const line = german(answer.nbest > 1 ? "li" : "p", j === 0 ? "best" : null, text);
+      line.append(score(scores[j]));
+      return line;
+    });
+    if (answer.nbest > 1) {
+      const nbest = element("ol", "nbest");
+      nbest.append(...lines);
+      item.append(nbest);
+    } else {
+      item.append(lines[0]);
     }
     list.append(item);
   });
