@@ -51,7 +51,7 @@ def main(verbose: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     for noisy in ("datasets", "fsspec", "filelock", "urllib3", "huggingface_hub", "matplotlib",
-                  "sacrebleu"):
+                  "sacrebleu", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
