@@ -52,10 +52,24 @@ def test_the_page_translates_and_draws_the_attention(url, driver, trained_run, t
     assert shown["translation"] == translator.translate(TEXT, beam=5, nbest=2)[0]
     maps = translator.attention(TEXT)  # the heatmap: predicted pieces by source pieces
     assert shown["cells"] == len(maps.out_pieces) * len(maps.src_pieces)
-    assert re.fullmatch(r"query “.+” → key “.+”: weight [01]\.\d{3}", shown["cell"])
+    row = len(maps.out_pieces) // 2  # the row `drive` pointed at
+    assert re.fullmatch(rf"query “{re.escape(maps.out_pieces[row])}” → key “.+”: weight "
+                        r"[01]\.\d{3}", shown["cell"])
+    assert step_down(driver).startswith(f"query “{maps.out_pieces[row + 1]}” → key ")
     assert shown["roles"] == ["Encoder self-attention", "Decoder self-attention (causal)",
                               "Cross-attention (target → source)"]
     assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def step_down(driver) -> str:
+    """Focus the heatmap, press the down arrow: what the page then says about the cell."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    driver.execute_script("document.querySelector('#heatmap svg').focus()")
+    ActionChains(driver).send_keys(Keys.ARROW_DOWN).perform()
+    return driver.find_element(By.ID, "cell").text
 
 
 def test_an_error_from_the_server_is_shown_on_the_page(url, driver):

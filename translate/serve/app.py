@@ -77,9 +77,9 @@ def build_app(translator: Translator, cfg: ServeConfig = ServeConfig()) -> Starl
     max_positions = translator.model.cfg.max_positions
 
     def run(key: Hashable, texts: list[str]) -> list:
-        """The model's work, in the batcher's worker thread."""
+        """The model's work (and the attention's JSON), in the batcher's worker thread."""
         if key == "attention":
-            return [translator.attention(text) for text in texts]
+            return [attention_json(translator.attention(text), translator.arch) for text in texts]
         _, beam, nbest = key
         return translator.translate(texts, beam=beam, nbest=nbest, return_scores=True)
 
@@ -91,7 +91,7 @@ def build_app(translator: Translator, cfg: ServeConfig = ServeConfig()) -> Starl
         await app.state.batcher.stop()
 
     async def translate(request: Request) -> Response:
-        body = await read_json(request, cfg.max_request_bytes)
+        body = await read_json(request, cfg.max_request_bytes, ("texts", "text", "beam", "nbest"))
         texts = read_texts(body, cfg.max_texts)
         beam = read_int(body, "beam", 5, 1, cfg.max_beam)
         nbest = read_int(body, "nbest", 1, 1, beam)
@@ -105,14 +105,13 @@ def build_app(translator: Translator, cfg: ServeConfig = ServeConfig()) -> Starl
                              "nbest": nbest})
 
     async def attention(request: Request) -> Response:
-        body = await read_json(request, cfg.max_request_bytes, fields=("text",))
+        body = await read_json(request, cfg.max_request_bytes, ("text",))
         text = read_text(body.get("text"), "text")
         pieces, limit = len(translator.tokenizer.encode_src([text])[0]), max_positions - 1
         if pieces > limit:
             raise RequestError(400, f"the text has {pieces} pieces, over the model's limit of "
                                     f"{limit}")
-        maps = (await submit(request, "attention", [text]))[0]
-        return JSONResponse(attention_json(maps, translator.arch))
+        return JSONResponse((await submit(request, "attention", [text]))[0])
 
     async def health(request: Request) -> Response:
         batcher = request.app.state.batcher
@@ -120,7 +119,7 @@ def build_app(translator: Translator, cfg: ServeConfig = ServeConfig()) -> Starl
             "status": "ok", "model": translator.arch, "step": translator.step,
             "device": str(translator.device), "precision": translator.precision,
             "engine": translator.engine.name, "queue": batcher.queued,
-            "decoding": batcher.decoding, "limits": asdict(cfg)})
+            "decoding": batcher.decoding, "calls": batcher.calls, "limits": asdict(cfg)})
 
     async def page(request: Request) -> Response:
         return FileResponse(PAGE / "index.html")
@@ -156,6 +155,9 @@ def logged(handler: Callable[[Request], Awaitable[Response]]
         except RequestError as e:
             response = error_response(e.status, str(e),
                                       **({"Retry-After": "1"} if e.status == 429 else {}))
+        except Exception as e:  # a bug: still JSON, and the server goes on
+            log.exception("%s %s failed", request.method, request.url.path)
+            response = error_response(500, f"{type(e).__name__}: {first_line(e)}")
         log.debug("%s %s %d %.1f ms", request.method, request.url.path, response.status_code,
                   1000 * (time.perf_counter() - start))
         return response
@@ -168,8 +170,7 @@ async def http_error(request: Request, exc: HTTPException) -> Response:
     return error_response(exc.status_code, exc.detail)
 
 
-async def read_json(request: Request, limit: int, fields: tuple[str, ...] = (
-        "texts", "text", "beam", "nbest")) -> dict[str, Any]:
+async def read_json(request: Request, limit: int, fields: tuple[str, ...]) -> dict[str, Any]:
     """The body as a JSON object with only `fields`, read no further than `limit` bytes."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:

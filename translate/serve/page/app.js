@@ -18,6 +18,7 @@ const AXIS_NAMES = {
 // Blues, from white (weight 0) to dark blue (weight 1)
 const RAMP = [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
 const CELL = 28;
+const HINT = "Point at a cell, or focus the map and use the arrow keys, to read its weight.";
 
 let maps = null; // the last /attention answer
 
@@ -135,15 +136,22 @@ async function loadAttention(text) {
   maps = await call("/attention", { text });
   $("attention-translation").textContent = maps.translation;
   const roles = [...new Set(maps.modules.map((m) => m.role))];
-  $("role").replaceChildren(...roles.map((r) => new Option(ROLE_NAMES[r] || r, r)));
+  keepChoice($("role"), roles.map((r) => new Option(ROLE_NAMES[r] || r, r)));
   $("attention").hidden = false;
   chooseRole();
+}
+
+function keepChoice(select, options) {
+  // new options, keeping the one chosen before where it is still there
+  const before = select.value;
+  select.replaceChildren(...options);
+  if (options.some((o) => o.value === before)) select.value = before;
 }
 
 function chooseRole() {
   const role = $("role").value;
   const layers = maps.modules.filter((m) => m.role === role);
-  $("layer").replaceChildren(...layers.map((m) => new Option(`layer ${m.layer + 1}`, m.name)));
+  keepChoice($("layer"), layers.map((m) => new Option(`layer ${m.layer + 1}`, m.name)));
   $("layer").disabled = layers.length < 2;
   chooseLayer();
 }
@@ -153,9 +161,7 @@ function chooseLayer() {
   const heads = module.shape[0];
   const options = [new Option(`average of ${heads} heads`, "mean")];
   for (let h = 0; h < heads; h++) options.push(new Option(`head ${h + 1}`, String(h)));
-  const keep = $("head").value;
-  $("head").replaceChildren(...options);
-  if (keep && Number(keep) < heads) $("head").value = keep;
+  keepChoice($("head"), options);
   $("head-control").hidden = heads < 2;
   draw();
 }
@@ -216,8 +222,21 @@ function draw() {
     });
   });
   svg.addEventListener("mouseover", (event) => point(event.target, queries, keys));
+  svg.setAttribute("tabindex", "0"); // and the arrow keys move from cell to cell
+  svg.addEventListener("keydown", (event) => step(event, svg, queries, keys));
   $("heatmap").replaceChildren(svg);
-  $("cell").textContent = "Point at a cell to read its weight.";
+  $("cell").textContent = HINT;
+}
+
+function step(event, svg, queries, keys) {
+  const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+  if (!moves[event.key]) return;
+  event.preventDefault();
+  const on = svg.querySelector("rect.cell.on");
+  const [dq, dk] = on ? moves[event.key] : [0, 0];
+  const q = Math.min(Math.max((on ? Number(on.dataset.q) : 0) + dq, 0), queries.length - 1);
+  const k = Math.min(Math.max((on ? Number(on.dataset.k) : 0) + dk, 0), keys.length - 1);
+  point(svg.querySelector(`rect.cell[data-q="${q}"][data-k="${k}"]`), queries, keys);
 }
 
 function point(target, queries, keys) {
