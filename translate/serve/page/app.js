@@ -152,7 +152,7 @@ function chooseRole() {
   const role = $("role").value;
   const layers = maps.modules.filter((m) => m.role === role);
   keepChoice($("layer"), layers.map((m) => new Option(`layer ${m.layer + 1}`, m.name)));
-  $("layer").disabled = layers.length < 2;
+  $("layer-control").hidden = layers.length < 2;
   chooseLayer();
 }
 
