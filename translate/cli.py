@@ -1,5 +1,5 @@
-"""The `translate` command: train, decode, evaluate, compare, attention, curve. Each command parses,
-then calls one function."""
+"""The `translate` command: train, decode, evaluate, compare, attention, serve, curve. Each command
+parses, then calls one function."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def main(verbose: bool) -> None:
 
     log_to_console(verbose)
     for noisy in ("datasets", "fsspec", "filelock", "urllib3", "huggingface_hub", "matplotlib",
-                  "sacrebleu"):
+                  "sacrebleu", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -407,6 +407,50 @@ def attention(checkpoint, text, output, device):
         _fail(e)
     click.echo(f"translation: {maps.translation}")
     click.echo(f"figure: {path}")
+
+
+@main.command()
+@click.argument("checkpoint", type=click.Path())
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="Port to listen on; 0 picks a free one (the startup line names it).")
+@click.option("--device", default=None, help="cpu, cuda, mps (default: best available).")
+@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]),
+              default=None, help="Decoding precision (default: the recipe's train.precision); "
+              "int8 quantizes the linear layers, CPU only.")
+@engine_option
+@click.option("--batch-wait-ms", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="How long a request waits for others to be decoded with it (0: no wait).")
+@click.option("--max-batch", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Sentences decoded in one call at most; 1 with --batch-wait-ms 0 turns "
+              "batching off (one request a call).")
+@click.option("--max-queue", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Sentences waiting at most; past it requests get 429.")
+@click.option("--max-texts", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Sentences in one request at most; past it 400.")
+@click.option("--max-beam", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Largest beam a request may ask for; past it 400.")
+@click.option("--max-request-bytes", type=click.IntRange(min=1), default=65536,
+              show_default=True, help="Request body size at most; past it 413.")
+def serve(checkpoint, host, port, device, precision, engine, **limits):
+    """Serve a CHECKPOINT (a .pt file or a run folder) over HTTP, with a page at /.
+
+    POST /translate {"texts": [...], "beam": 5, "nbest": 1}; POST /attention {"text": ...};
+    GET /health. Requests from many clients are decoded together (--batch-wait-ms, --max-batch).
+    """
+    try:
+        from translate.serve import ServeConfig, serve as run_server
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in ("starlette", "uvicorn"):
+            raise
+        _fail(ModuleNotFoundError(f"translate serve needs Starlette and uvicorn: "
+                                  f"pip install 'translate-nmt[serve]' (no module named {e.name!r})"))
+    try:
+        run_server(checkpoint, ServeConfig(**limits), host, port, device, precision, engine)
+    except KeyboardInterrupt:  # uvicorn stopped gracefully, then raised the signal again
+        sys.exit(130)
+    except USER_ERRORS as e:
+        _fail(e)
 
 
 @main.command()

@@ -1,0 +1,112 @@
+"""The batcher against a scripted model: who is decoded with whom, in what order, and what each
+request gets back."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+pytest.importorskip("starlette", reason="translate serve needs the serve extra")
+
+from translate.serve.batching import Batcher, QueueFull  # noqa: E402
+
+
+class Model:
+    """Upper-cases texts and records each call's settings and texts; may fail on a text."""
+
+    def __init__(self, fail_on: str | None = None, gate: threading.Event | None = None):
+        self.calls: list[tuple] = []
+        self.fail_on, self.gate = fail_on, gate
+
+    def __call__(self, key, texts):
+        if self.gate is not None:
+            self.gate.wait(10)
+        self.calls.append((key, list(texts)))
+        if self.fail_on in texts:
+            raise RuntimeError(f"cannot decode {self.fail_on}")
+        return [f"{key}:{text.upper()}" for text in texts]
+
+
+def serve(model: Model, requests: list[tuple], **limits) -> list:
+    """Submit every (key, texts) at once; the results (or exceptions) in request order."""
+
+    async def main():
+        batcher = Batcher(model, **limits)
+        batcher.start()
+        try:
+            return await asyncio.gather(*(batcher.submit(k, t) for k, t in requests),
+                                        return_exceptions=True)
+        finally:
+            await batcher.stop()
+
+    return asyncio.run(main())
+
+
+def test_requests_waiting_together_are_one_call_and_each_gets_its_slice():
+    model = Model()
+    requests = [("b5", ["a", "b"]), ("b5", ["c"]), ("b5", ["d", "e", "f"])]
+    answers = serve(model, requests, wait_ms=50)
+    assert model.calls == [("b5", ["a", "b", "c", "d", "e", "f"])]
+    assert answers == [["b5:A", "b5:B"], ["b5:C"], ["b5:D", "b5:E", "b5:F"]]
+
+
+def test_only_requests_with_the_same_settings_share_a_call_oldest_first():
+    model = Model()
+    requests = [("b5", ["a"]), ("b1", ["b"]), ("b5", ["c"]), ("b1", ["d"])]
+    answers = serve(model, requests, wait_ms=50)
+    assert model.calls == [("b5", ["a", "c"]), ("b1", ["b", "d"])]
+    assert answers == [["b5:A"], ["b1:B"], ["b5:C"], ["b1:D"]]
+
+
+def test_a_call_holds_at_most_max_batch_sentences_and_keeps_the_order():
+    model = Model()
+    requests = [("k", ["a", "b"]), ("k", ["c", "d"]), ("k", ["e"]), ("k", ["f", "g", "h", "i"])]
+    answers = serve(model, requests, wait_ms=50, max_batch=3)
+    # "e" would fit beside "c", "d", but it waits its turn behind them; a request over the
+    # cap runs alone, whole
+    assert [texts for _, texts in model.calls] == [["a", "b"], ["c", "d", "e"],
+                                                  ["f", "g", "h", "i"]]
+    assert answers[3] == ["k:F", "k:G", "k:H", "k:I"]
+
+
+def test_batching_off_is_one_call_a_request():
+    model = Model()
+    serve(model, [("k", ["a"]), ("k", ["b"]), ("k", ["c"])], wait_ms=0, max_batch=1)
+    assert [texts for _, texts in model.calls] == [["a"], ["b"], ["c"]]
+
+
+def test_a_failing_request_fails_alone_and_the_batcher_goes_on():
+    model = Model(fail_on="bad")
+    answers = serve(model, [("k", ["a"]), ("k", ["bad"]), ("k", ["c"])], wait_ms=50)
+    assert answers[0] == ["k:A"] and answers[2] == ["k:C"]
+    assert isinstance(answers[1], RuntimeError) and "cannot decode bad" in str(answers[1])
+    # the group's call, then each request alone
+    assert [texts for _, texts in model.calls] == [["a", "bad", "c"], ["a"], ["bad"], ["c"]]
+
+
+def test_a_full_queue_refuses_at_once_and_the_waiting_requests_are_answered():
+    gate = threading.Event()
+    model = Model(gate=gate)
+
+    async def main():
+        batcher = Batcher(model, wait_ms=0, max_batch=8, max_queue=3)
+        batcher.start()
+        first = asyncio.ensure_future(batcher.submit("k", ["a"]))
+        while batcher.decoding == 0:  # "a" is in the model, behind the gate
+            await asyncio.sleep(0.005)
+        waiting = asyncio.ensure_future(batcher.submit("k", ["b", "c", "d"]))
+        await asyncio.sleep(0.01)
+        assert batcher.queued == 3
+        with pytest.raises(QueueFull, match="the queue is full"):
+            await batcher.submit("k", ["e"])
+        gate.set()
+        answers = [await first, await waiting, await batcher.submit("k", ["f"])]
+        await batcher.stop()
+        return answers
+
+    try:
+        assert asyncio.run(main()) == [["k:A"], ["k:B", "k:C", "k:D"], ["k:F"]]
+    finally:
+        gate.set()

@@ -1,0 +1,11 @@
+"""`translate serve`: an ASGI server (Starlette, uvicorn) and a page that shows attention.
+
+app.py holds the routes and their checks, batching.py the batcher that decodes requests from
+many clients together, server.py the command's loading and listening, page/ the web page.
+Needs the `serve` extra: pip install -e ".[serve]".
+"""
+
+from translate.serve.app import ServeConfig, build_app
+from translate.serve.server import load_translator, serve
+
+__all__ = ["ServeConfig", "build_app", "load_translator", "serve"]

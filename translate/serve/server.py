@@ -1,0 +1,117 @@
+"""`translate serve`: load a run once and serve it with uvicorn on a socket of our own.
+
+The socket is bound before uvicorn starts, so `--port 0` picks a free port that the startup
+line names, and a port in use is one `Error:` line. `running` starts the command in a
+subprocess on such a port, for the tests, the load benchmark and the screenshot script.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import uvicorn
+
+from translate.api import Translator
+from translate.checkpoint import load_checkpoint
+from translate.serve.app import ServeConfig, build_app
+from translate.utils import pick_device
+
+log = logging.getLogger("translate.serve")
+
+
+def load_translator(path: str | Path, device: str | None = None, precision: str | None = None,
+                    engine: str = "auto") -> Translator:
+    """A run folder's or checkpoint's Translator; precision defaults to the recipe's, as in
+    `translate decode`."""
+    dev = pick_device(device)
+    loaded = load_checkpoint(path, dev)
+    return Translator(loaded, dev, precision or loaded.recipe.train.precision, engine)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (port 0: a free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.listen(2048)
+    return sock
+
+
+def url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+
+
+def serve(path: str | Path, cfg: ServeConfig = ServeConfig(), host: str = "127.0.0.1",
+          port: int = 8000, device: str | None = None, precision: str | None = None,
+          engine: str = "auto") -> None:
+    """Serve the model at `path` until SIGINT or SIGTERM."""
+    sock = bind(host, port)  # first: a port in use fails before the model loads
+    with sock:
+        translator = load_translator(path, device, precision, engine)
+        config = uvicorn.Config(build_app(translator, cfg), log_config=None, log_level="warning",
+                                access_log=False, lifespan="on", timeout_graceful_shutdown=5)
+        log.info("serving %s (%s, step %d, %s, %s) at %s", path, translator.arch,
+                 translator.step, translator.device, translator.precision, url(sock))
+        try:
+            uvicorn.Server(config).run(sockets=[sock])
+        finally:
+            log.info("stopped serving %s", path)
+
+
+@contextmanager
+def running(path: str | Path, *options: str, timeout: float = 300) -> Iterator[str]:
+    """`translate serve PATH --port 0 OPTIONS` in a subprocess: its URL once it listens.
+
+    Its log goes on to this process's stderr; it is stopped (SIGINT, then killed) on exit.
+    """
+    command = [sys.executable, "-m", "translate", "serve", str(path), "--port", "0", *options]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, encoding="utf-8", errors="replace")
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_forward, args=(process.stderr, lines), daemon=True).start()
+    try:
+        yield _await_url(lines, timeout, " ".join(command))
+    finally:
+        process.send_signal(signal.SIGINT)  # uvicorn's graceful stop
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _forward(stream, lines: queue.Queue) -> None:
+    for line in stream:
+        sys.stderr.write(line)
+        lines.put(line)
+    lines.put(None)
+
+
+def _await_url(lines: queue.Queue, timeout: float, command: str) -> str:
+    said, deadline = [], time.monotonic() + timeout
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise RuntimeError(f"{command} did not start in {timeout:.0f} s") from None
+        if line is None:
+            raise RuntimeError(f"{command} exited: {''.join(said[-5:]).strip()}")
+        said.append(line)
+        if "serving " in line and " at http://" in line:
+            return line.rsplit(" at ", 1)[1].strip()
