@@ -1,5 +1,5 @@
-"""The `translate` command: train, decode, evaluate, compare, attention, curve, export. Each
-command parses, then calls one function."""
+"""The `translate` command: train, decode, evaluate, compare, attention, curve, export, average.
+Each command parses, then calls one function."""
 
 from __future__ import annotations
 
@@ -440,6 +440,24 @@ def export_command(checkpoint, fmt, output, dtype, quantization):
         click.echo(export(checkpoint, fmt, output, dtype, quantization).summary())
     except USER_ERRORS as e:
         _fail(e)
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path())
+@click.option("--last", type=click.IntRange(min=2), default=5, show_default=True,
+              help="How many of the newest step_N.pt checkpoints to average.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Checkpoint to write (default RUN_DIR/average_last<N>.pt).")
+def average(run_dir, last, output):
+    """Average the weights of RUN_DIR's last step checkpoints into one checkpoint that decode,
+    evaluate and export read. Train with --set train.keep_last=N to keep N of them."""
+    from translate.averaging import average_checkpoints
+
+    try:
+        result = average_checkpoints(run_dir, last, output)
+    except USER_ERRORS as e:
+        _fail(e)
+    click.echo(f"averaged {', '.join(p.name for p in result.inputs)} into {result.path}")
 
 
 if __name__ == "__main__":
