@@ -14,12 +14,14 @@ halve the speed of PyTorch code in the same process), and only one works at a ti
   ours         `translate_sentences` in fp32, in bf16 autocast, and with int8 dynamic quantization
                of every Linear (`translate.fast.quantize_int8`, as `--precision int8`), all with
                the fast engine (`--engine fast`, the default on the CPU).
-  hf m2m100    `M2M100ForConditionalGeneration.generate` holding our weights. MarianMT is post-norm
-               and cannot hold our pre-norm model; M2M100 is pre-norm with final LayerNorms and
-               sqrt(D)-scaled embeddings, and we overwrite its sinusoidal table with ours at the
-               rows it reads (pad + 1 + position), so the conversion is exact.
-  ct2          `ctranslate2.Translator.translate_batch` on a TransformerSpec holding our weights
-               and position table; float32, and int8 (quantized when loaded).
+  hf pegasus   `PegasusForConditionalGeneration.generate` holding our weights, converted by
+               `translate export --format hf` (translate.export.hf): pre-norm with final
+               LayerNorms, sqrt(D)-scaled embeddings and our position table, so it is exact.
+               (Until the exporter, an M2M100 with our table written over its own; the same
+               BART-family `generate`, but a saved M2M100 recomputes its table on loading.)
+  ct2          `ctranslate2.Translator.translate_batch` on the TransformerSpec of
+               `translate export --format ctranslate2` (translate.export.ct2); float32, and int8
+               (quantized when loaded).
 Before timing, HF logits and CT2 `score_batch` log-probs are checked against ours (teacher
 forced), and greedy outputs on `--check` sentences.
 
@@ -55,9 +57,11 @@ from translate.checkpoint import Loaded, load_checkpoint
 from translate.config import DecodeConfig
 from translate.data import load_split, pad
 from translate.engine import FAST
+from translate.export.ct2 import to_ctranslate2, vocabulary
+from translate.export.hf import to_pegasus
 from translate.fast import accelerate, quantize_int8
 from translate.inference import length_batches, translate_sentences
-from translate.models.transformer import Embedding, Transformer
+from translate.models.transformer import Transformer
 from translate.scoring import score
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD
@@ -65,144 +69,6 @@ from translate.utils import cpu_name
 
 LENPEN, BATCH, MODES = 0.6, 32, {"greedy": 1, "beam5": 5}
 Translate = Callable[[Sequence[str], int], list[str]]  # (sentences, beam) -> translations
-
-
-def position_table(embed: Embedding) -> torch.Tensor:
-    """(max_positions, D) what the embedding adds at each position."""
-    return embed.position_table()
-
-
-def qkv(attn: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
-    """An attention module's (3D, D) Q/K/V weight and (3D,) bias, Q first."""
-    parts = [attn.q_proj, attn.k_proj, attn.v_proj]
-    w = torch.cat([p.weight for p in parts])
-    b = None if parts[0].bias is None else torch.cat([p.bias for p in parts])
-    return w, torch.zeros(w.size(0)) if b is None else b
-
-
-def check_convertible(model: nn.Module) -> None:
-    if not isinstance(model, Transformer):
-        raise TypeError(f"only the Transformer converts to the peers, not {type(model).__name__}")
-    if model.src_embed.tokens is not model.tgt_embed.tokens or not model.cfg.tie_embeddings:
-        raise ValueError("the peers need one vocabulary with tied embeddings "
-                         "(a joint tokenizer and tie_embeddings)")
-
-
-@torch.no_grad()
-def to_m2m100(model: Transformer) -> nn.Module:
-    """An HF M2M100ForConditionalGeneration that computes what `model` computes."""
-    from transformers import M2M100Config, M2M100ForConditionalGeneration
-
-    check_convertible(model)
-    c, D = model.cfg, model.cfg.d_model
-    hf = M2M100ForConditionalGeneration(M2M100Config(
-        vocab_size=model.output.out_features, d_model=D, encoder_layers=c.encoder_layers,
-        decoder_layers=c.decoder_layers, encoder_attention_heads=c.heads,
-        decoder_attention_heads=c.heads, encoder_ffn_dim=c.ffn_dim, decoder_ffn_dim=c.ffn_dim,
-        activation_function=c.activation, dropout=0.0, attention_dropout=0.0,
-        activation_dropout=0.0, encoder_layerdrop=0.0, decoder_layerdrop=0.0,
-        max_position_embeddings=c.max_positions, scale_embedding=True, pad_token_id=PAD,
-        bos_token_id=BOS, eos_token_id=EOS, decoder_start_token_id=BOS,
-        tie_word_embeddings=True)).eval()
-    state = {"model.shared.weight": model.tgt_embed.tokens.weight}
-    wb = lambda m: (m.weight, m.bias)
-
-    def put(prefix: str, **params: tuple[torch.Tensor, torch.Tensor]) -> None:
-        for name, (w, b) in params.items():
-            state[f"{prefix}.{name}.weight"], state[f"{prefix}.{name}.bias"] = w, b
-
-    def put_attn(prefix: str, attn: nn.Module) -> None:
-        w, b = qkv(attn)  # M2M100 has separate q/k/v projections
-        put(prefix, q_proj=(w[:D], b[:D]), k_proj=(w[D:2 * D], b[D:2 * D]),
-            v_proj=(w[2 * D:], b[2 * D:]), out_proj=wb(attn.out_proj))
-
-    for i, layer in enumerate(model.encoder_layers):
-        p = f"model.encoder.layers.{i}"
-        put_attn(f"{p}.self_attn", layer.self_attn)
-        put(p, self_attn_layer_norm=wb(layer.norm1), final_layer_norm=wb(layer.norm2),
-            fc1=wb(layer.ffn.fc1), fc2=wb(layer.ffn.fc2))
-    for i, layer in enumerate(model.decoder_layers):
-        p = f"model.decoder.layers.{i}"
-        put_attn(f"{p}.self_attn", layer.self_attn)
-        put_attn(f"{p}.encoder_attn", layer.cross_attn)
-        put(p, self_attn_layer_norm=wb(layer.norm1), encoder_attn_layer_norm=wb(layer.norm2),
-            final_layer_norm=wb(layer.norm3), fc1=wb(layer.ffn.fc1), fc2=wb(layer.ffn.fc2))
-    put("model.encoder", layer_norm=wb(model.encoder_norm))
-    put("model.decoder", layer_norm=wb(model.decoder_norm))
-    missing, unexpected = hf.load_state_dict(state, strict=False)
-    tied = {"lm_head.weight", "model.encoder.embed_tokens.weight",
-            "model.decoder.embed_tokens.weight"}  # all three are model.shared
-    if set(missing) - tied or unexpected:
-        raise RuntimeError(f"M2M100 conversion: missing {missing}, unexpected {unexpected}")
-    # M2M100 gives the real token at position p (from 0) position id pad + 1 + p, padding pad
-    for side, embed in [("encoder", model.src_embed), ("decoder", model.tgt_embed)]:
-        weights = getattr(hf.model, side).embed_positions.weights  # (max_positions + 2, D)
-        table = position_table(embed)[: weights.size(0) - PAD - 1]
-        weights.zero_()
-        weights[PAD + 1: PAD + 1 + table.size(0)] = table
-    return hf
-
-
-@torch.no_grad()
-def to_ctranslate2(model: Transformer, vocabulary: list[str], out_dir: Path) -> Path:
-    """Save `model` with its (joint) vocabulary of piece strings as a float32 CTranslate2 model."""
-    from ctranslate2.specs import common_spec, transformer_spec
-
-    check_convertible(model)
-    D = model.cfg.d_model
-    act = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
-    spec = transformer_spec.TransformerSpec.from_config(
-        (model.cfg.encoder_layers, model.cfg.decoder_layers), model.cfg.heads, pre_norm=True,
-        activation=act[model.cfg.activation], with_relative_position=False)
-    spec.config.layer_norm_epsilon = model.encoder_norm.eps  # CT2's default differs
-    array = lambda t: t.detach().float().contiguous().numpy()
-
-    def linear(s, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-        s.weight = array(weight)
-        if bias is not None:
-            s.bias = array(bias)
-
-    def norm(s, ln: nn.LayerNorm) -> None:
-        s.gamma, s.beta = array(ln.weight), array(ln.bias)
-
-    def attn(s, module: nn.Module, ln: nn.LayerNorm, cross: bool) -> None:
-        w, b = qkv(module)
-        if cross:  # Q from the target; K and V, fused, from the memory
-            linear(s.linear[0], w[:D], b[:D])
-            linear(s.linear[1], w[D:], b[D:])
-        else:
-            linear(s.linear[0], w, b)
-        linear(s.linear[-1], module.out_proj.weight, module.out_proj.bias)
-        norm(s.layer_norm, ln)
-
-    def ffn(s, module: nn.Module, ln: nn.LayerNorm) -> None:
-        linear(s.linear_0, module.fc1.weight, module.fc1.bias)
-        linear(s.linear_1, module.fc2.weight, module.fc2.bias)
-        norm(s.layer_norm, ln)
-
-    enc, dec = spec.encoder, spec.decoder
-    enc.embeddings[0].weight = array(model.src_embed.tokens.weight)
-    dec.embeddings.weight = array(model.tgt_embed.tokens.weight)
-    enc.position_encodings.encodings = array(position_table(model.src_embed))
-    dec.position_encodings.encodings = array(position_table(model.tgt_embed))
-    enc.scale_embeddings = dec.scale_embeddings = True  # by sqrt(D)
-    for s, layer in zip(enc.layer, model.encoder_layers):
-        attn(s.self_attention, layer.self_attn, layer.norm1, cross=False)
-        ffn(s.ffn, layer.ffn, layer.norm2)
-    for s, layer in zip(dec.layer, model.decoder_layers):
-        attn(s.self_attention, layer.self_attn, layer.norm1, cross=False)
-        attn(s.attention, layer.cross_attn, layer.norm2, cross=True)
-        ffn(s.ffn, layer.ffn, layer.norm3)
-    norm(enc.layer_norm, model.encoder_norm)
-    norm(dec.layer_norm, model.decoder_norm)
-    linear(dec.projection, model.output.weight)
-    spec.register_source_vocabulary(vocabulary)
-    spec.register_target_vocabulary(vocabulary)
-    spec.validate()
-    spec.optimize(quantization="float32")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    spec.save(str(out_dir))
-    return out_dir
 
 
 class Peer:
@@ -257,7 +123,8 @@ class CT2(Peer):
 
     def decode(self, batch: list[list[int]], beam: int, max_new: int) -> list[list[int]]:
         found = self.translator.translate_batch(
-            [[self.vocabulary[i] for i in s] for s in batch], beam_size=beam,
+            [[self.vocabulary[i] for i in s[:-1]] for s in batch],  # CT2 appends the EOS
+            beam_size=beam,
             max_batch_size=BATCH, length_penalty=LENPEN, max_decoding_length=max_new,
             suppress_sequences=[[self.vocabulary[PAD]], [self.vocabulary[BOS]]])
         return [[self.ids[p] for p in r.hypotheses[0]] for r in found]
@@ -272,18 +139,18 @@ def check_peers(model: Transformer, tokenizer: Tokenizer, systems: dict[str, Tra
     x, y = pad([torch.tensor(s) for s in ids]), pad([torch.tensor([BOS] + t) for t in tgt])
     logits = model(x, y[:, :-1])  # (B, T, V)
     real = y[:, 1:] != PAD  # (B, T)
-    if isinstance(hf := systems.get("hf m2m100"), HF):
+    if isinstance(hf := systems.get("hf pegasus"), HF):
         theirs = hf.hf(input_ids=x, attention_mask=x != PAD, decoder_input_ids=y[:, :-1]).logits
         report["hf max |logit diff|"] = float((theirs - logits)[real].abs().max())
     if isinstance(ct2 := systems.get("ct2 float32"), CT2):
-        scored = ct2.translator.score_batch([[ct2.vocabulary[i] for i in s] for s in ids],
+        scored = ct2.translator.score_batch([[ct2.vocabulary[i] for i in s[:-1]] for s in ids],
                                             [[ct2.vocabulary[i] for i in t[:-1]] for t in tgt])
         gold = F.log_softmax(logits, -1).gather(-1, y[:, 1:, None]).squeeze(-1)  # (B, T)
         report["ct2 max |logprob diff|"] = max(abs(lp - float(gold[b, t]))
                                                for b, r in enumerate(scored)
                                                for t, lp in enumerate(r.log_probs))
     reference = systems["ours fp32"](src[:n], 1)
-    for name in ("hf m2m100", "ct2 float32"):
+    for name in ("hf pegasus", "ct2 float32"):
         if name in systems:
             same = sum(a == b for a, b in zip(reference, systems[name](src[:n], 1)))
             report[f"{name} greedy identical"] = f"{same}/{n}"
@@ -311,16 +178,16 @@ def build_systems(loaded: Loaded, cfg: DecodeConfig, threads: int, ct2_dir: Path
                         "ours int8": ours(accelerate(quantize_int8(model)))})
     if "hf" in families:
         try:
-            systems["hf m2m100"] = HF(to_m2m100(model), *peer_args)
+            systems["hf pegasus"] = HF(to_pegasus(model), *peer_args)
         except ImportError:
             print("transformers is not installed: measuring without the Hugging Face peer")
     if "ct2" in families:
         try:
-            vocabulary = [tok.tgt.id_to_piece(i) for i in range(tok.tgt_vocab_size)]
+            pieces = vocabulary(tok.tgt)
             if not (ct2_dir / "model.bin").exists():
-                to_ctranslate2(model, vocabulary, ct2_dir)
+                to_ctranslate2(model, pieces, pieces, ct2_dir)
             for ct in ("float32", "int8"):
-                systems[f"ct2 {ct}"] = CT2(ct2_dir, vocabulary, ct, threads, *peer_args)
+                systems[f"ct2 {ct}"] = CT2(ct2_dir, pieces, ct, threads, *peer_args)
         except ImportError:
             print("ctranslate2 is not installed: measuring without the CTranslate2 peer")
     return systems
@@ -442,7 +309,7 @@ def main() -> None:
         print(f"{name:12s} {rate[f'{name} greedy']:14.1f} {rate[f'{name} beam5']:13.1f} "
               f"{bleu[f'{name} greedy']:12.2f} {bleu[f'{name} beam5']:11.2f}")
     print()
-    for peer in ("hf m2m100", "ct2 float32"):
+    for peer in ("hf pegasus", "ct2 float32"):
         for mode in MODES if peer in names else ():
             ratio = rate[f"ours fp32 {mode}"] / rate[f"{peer} {mode}"]
             # the same round's pair: machine drift between rounds cancels out

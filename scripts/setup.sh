@@ -22,5 +22,5 @@ if ! python -c "import torch" 2>/dev/null; then
   echo "installing $spec"
   python -m pip install --quiet ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$spec"
 fi
-python -m pip install --quiet -e ".[test,plots,serve]"
+python -m pip install --quiet -e ".[test,plots,serve,export]"
 python -c "import torch, translate; print(f'translate {translate.__version__}, torch {torch.__version__}')"

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from translate.config import Recipe, data_from, data_relative_to, recipe_from_dict
+from translate.model_folder import ModelFolderError, is_model_folder, read_model_folder
 from translate.models import build_model
 from translate.tokenizer import Tokenizer
 from translate.tokens import SPECIAL_IDS
@@ -40,7 +41,8 @@ def _bytes_tensor(data: bytes) -> torch.Tensor:
 
 def save_checkpoint(path: Path, model: nn.Module, recipe: Recipe, tokenizer: Tokenizer,
                     step: int, extra: dict[str, Any] | None = None) -> None:
-    """Write atomically: a temporary file, flushed and fsynced, then renamed over `path`."""
+    """Write atomically (`write_checkpoint`): a temporary file, flushed and fsynced, then renamed
+    over `path`."""
     payload = {
         "format_version": FORMAT_VERSION,
         "model": model.state_dict(),
@@ -50,6 +52,11 @@ def save_checkpoint(path: Path, model: nn.Module, recipe: Recipe, tokenizer: Tok
         "step": step,
         **(extra or {}),
     }
+    write_checkpoint(path, payload)
+
+
+def write_checkpoint(path: Path, payload: dict) -> None:
+    """torch.save `payload` to `path` atomically; a failure leaves the old file (if any) whole."""
     # Serialized in memory first: torch's zip writer would hide a full disk's OSError.
     buffer = io.BytesIO()
     torch.save(payload, buffer)
@@ -105,14 +112,21 @@ def check_free_space(run_dir: Path, checkpoint_size: int) -> None:
 
 
 def read_checkpoint(path: str | Path) -> dict:
-    """The raw checkpoint dict, or a CheckpointError naming the file."""
+    """The raw checkpoint dict of a .pt file, a run folder (its best.pt) or an exported model
+    folder (translate.model_folder), or a CheckpointError naming the file."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint not found: {path}")
+    if is_model_folder(path):
+        try:
+            return read_model_folder(path)
+        except ModelFolderError as e:
+            raise CheckpointError(str(e)) from None
     if path.is_dir():
         best = path / "best.pt"
         if not best.is_file():
-            raise CheckpointError(f"{path} is a folder without best.pt; name a checkpoint file")
+            raise CheckpointError(f"{path} is a folder without best.pt or an exported model "
+                                  f"(config.json, model.safetensors); name a checkpoint file")
         path = best
     if path.stat().st_size == 0:
         raise CheckpointError(f"{path}: the file is empty (was its writing cut short?)")

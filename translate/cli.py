@@ -1,5 +1,5 @@
-"""The `translate` command: train, decode, evaluate, compare, attention, serve, curve. Each command
-parses, then calls one function."""
+"""The `translate` command: train, decode, evaluate, compare, attention, curve, serve, export,
+average. Each command parses, then calls one function."""
 
 from __future__ import annotations
 
@@ -467,6 +467,49 @@ def curve(run_dirs, output, monitor):
         click.echo(f"wrote {plot_learning_curves(list(run_dirs), output, monitor)}")
     except (MetricsError, OSError) as e:
         _fail(e)
+
+
+@main.command("export")
+@click.argument("checkpoint", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["inference", "ctranslate2", "hf"]),
+              default="inference", show_default=True,
+              help="inference: model.safetensors + spm.model + config.json, which decode, "
+              "evaluate and Translator.load read; ctranslate2: a CTranslate2 model; hf: a "
+              "transformers Pegasus model (the last two: Transformer only).")
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
+              help="The new folder to write.")
+@click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default=None,
+              help="inference and hf: the weights' precision (default fp32; bf16/fp16 halve it).")
+@click.option("--quantization", default=None, metavar="TYPE",
+              help="ctranslate2: int8, int8_float16, int16, float16, bfloat16... (default "
+              "float32).")
+def export_command(checkpoint, fmt, output, dtype, quantization):
+    """Write a CHECKPOINT's (a .pt or a run folder's best.pt) model for users to run: its
+    weights (the EMA or averaged ones) without the training state."""
+    from translate.export import export
+
+    try:
+        click.echo(export(checkpoint, fmt, output, dtype, quantization).summary())
+    except USER_ERRORS as e:
+        _fail(e)
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path())
+@click.option("--last", type=click.IntRange(min=2), default=5, show_default=True,
+              help="How many of the newest step_N.pt checkpoints to average.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Checkpoint to write (default RUN_DIR/average_last<N>.pt).")
+def average(run_dir, last, output):
+    """Average the weights of RUN_DIR's last step checkpoints into one checkpoint that decode,
+    evaluate and export read. Train with --set train.keep_last=N to keep N of them."""
+    from translate.averaging import average_checkpoints
+
+    try:
+        result = average_checkpoints(run_dir, last, output)
+    except USER_ERRORS as e:
+        _fail(e)
+    click.echo(f"averaged {', '.join(p.name for p in result.inputs)} into {result.path}")
 
 
 if __name__ == "__main__":

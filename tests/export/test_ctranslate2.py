@@ -1,0 +1,108 @@
+"""`translate export --format ctranslate2`: CTranslate2 computes our model and, decoded by
+`translate.export.ct2.decode`, translates the sample's test_2016_flickr as we do."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from tests.conftest import read_jsonl
+from translate.checkpoint import load_checkpoint
+from translate.export import export
+from translate.inference import decode_sentences, translate_sentences
+from translate.models import TransformerConfig, build_model
+from translate.search import greedy_search
+from translate.tokens import EOS, PAD
+
+ctranslate2 = pytest.importorskip("ctranslate2", reason="the export extra is not installed")
+from translate.export.ct2 import decode, to_ctranslate2  # noqa: E402
+
+V_SRC, V_TGT = 40, 30
+PIECES = ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4, V_SRC)]
+
+
+def tiny(joint: bool, **overrides):
+    torch.manual_seed(0)
+    cfg = TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
+                            dropout=0.0, max_positions=64, **overrides)
+    return build_model(cfg, V_SRC, V_SRC if joint else V_TGT, shared_vocab=joint).eval()
+
+
+def batch(v_tgt: int):
+    """(B, S) right-padded sources ending in EOS and (B, T) BOS-first target prefixes."""
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, V_SRC, (3, 7), generator=g)
+    src[:, -1] = EOS
+    src[1, 4:], src[1, 3] = PAD, EOS
+    tgt = torch.randint(4, v_tgt, (3, 6), generator=g)
+    tgt[:, 0] = 2
+    return src, tgt
+
+
+@pytest.mark.parametrize("joint, overrides", [
+    (True, {}),
+    (True, {"qkv_bias": False, "positions": "learned", "activation": "gelu"}),
+    (False, {"tie_embeddings": False}),  # separate vocabularies, untied embeddings
+])
+def test_ctranslate2_log_probs_and_greedy_equal_ours(joint, overrides, tmp_path):
+    model = tiny(joint, **overrides)
+    tgt_pieces = PIECES if joint else PIECES[:V_TGT]
+    translator = ctranslate2.Translator(str(to_ctranslate2(model, PIECES, tgt_pieces, tmp_path)),
+                                        "cpu", intra_threads=1)
+    src, tgt = batch(V_SRC if joint else V_TGT)
+    source = [[PIECES[i] for i in row if i not in (PAD, EOS)] for row in src.tolist()]
+    scored = translator.score_batch(source, [[tgt_pieces[i] for i in t[1:]] for t in tgt.tolist()])
+    tgt_out = torch.cat([tgt[:, 1:], torch.full((3, 1), EOS)], dim=1)  # (B, T)
+    with torch.no_grad():
+        ours = torch.log_softmax(model(src, tgt), -1).gather(-1, tgt_out[..., None]).squeeze(-1)
+    theirs = torch.tensor([r.log_probs for r in scored])  # (B, T): the target pieces, then EOS
+    torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
+    found = translator.translate_batch(source, beam_size=1, max_decoding_length=12,
+                                       min_decoding_length=0,
+                                       suppress_sequences=[["<pad>"], ["<s>"]])
+    greedy = [[tgt_pieces.index(p) for p in r.hypotheses[0]] for r in found]
+    assert greedy == greedy_search(model, src, 12)
+
+
+@pytest.fixture(scope="module")
+def ct2_export(trained_run, tmp_path_factory):
+    return export(trained_run.run_dir, "ctranslate2", tmp_path_factory.mktemp("ct2") / "model")
+
+
+def test_ctranslate2_translates_the_test_split_as_we_do(ct2_export, trained_run, small_data):
+    assert {"model.bin", "config.json", "shared_vocabulary.json", "spm.model"} <= set(
+        ct2_export.files)
+    loaded = load_checkpoint(trained_run.run_dir)
+    sources = [row["en"] for row in read_jsonl(small_data / "test_2016_flickr.jsonl")]
+    translator = ctranslate2.Translator(str(ct2_export.out), "cpu", intra_threads=1)
+    equal = {}
+    for beam in (1, 5):
+        cfg = replace(loaded.recipe.decode, beam=beam)  # lenpen 0.6, GNMT's
+        ours = decode_sentences(loaded.model, loaded.tokenizer, sources, cfg, nbest=1,
+                                with_scores=True)
+        theirs = decode(translator, loaded.tokenizer, sources, cfg,
+                        loaded.model.cfg.max_positions)
+        differ = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a[0].text != b]
+        equal[beam] = len(sources) - len(differ)
+        print(f"beam {beam}: {equal[beam]}/{len(sources)} lines equal to ours")
+        if beam == 1:
+            assert not differ
+        else:  # CTranslate2 cannot force EOS at the limit, as our beam search does
+            assert len(differ) <= 2
+            limits = [int(cfg.max_len_a * len(ids) + cfg.max_len_b)
+                      for ids in loaded.tokenizer.encode_src(sources)]
+            assert all(ours[i][0].tokens == limits[i] for i in differ)
+    assert equal[1] == len(sources) and equal[5] >= len(sources) - 2
+
+
+def test_int8_quantization_shrinks_the_model_and_translates(ct2_export, trained_run, tmp_path,
+                                                            small_data):
+    int8 = export(trained_run.run_dir, "ctranslate2", tmp_path / "int8", quantization="int8")
+    assert int8.files["model.bin"] < ct2_export.files["model.bin"] / 2
+    loaded = load_checkpoint(trained_run.run_dir)
+    sources = [row["en"] for row in read_jsonl(small_data / "test_2016_flickr.jsonl", 20)]
+    cfg = replace(loaded.recipe.decode, beam=1)
+    translator = ctranslate2.Translator(str(int8.out), "cpu", intra_threads=1)
+    theirs = decode(translator, loaded.tokenizer, sources, cfg, loaded.model.cfg.max_positions)
+    ours = translate_sentences(loaded.model, loaded.tokenizer, sources, cfg)
+    assert sum(a == b for a, b in zip(ours, theirs)) >= len(sources) // 2  # int8 rounds

@@ -1,0 +1,86 @@
+"""`translate export` on the command line: sizes printed, and one `Error:` line for what a
+format cannot take."""
+
+import importlib.util
+import re
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from translate.checkpoint import load_checkpoint, save_checkpoint
+from translate.cli import main
+from translate.config import load_recipe
+from translate.models import build_model
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, ["export", *args])
+
+
+def one_error(result) -> str:
+    assert result.exit_code == 1 and result.output.startswith("Error: "), result.output
+    assert result.output.count("\n") == 1, result.output
+    return result.output
+
+
+def test_export_prints_the_checkpoint_and_export_sizes(trained_run, tmp_path):
+    result = run(str(trained_run.run_dir), "-o", str(tmp_path / "model"))
+    assert result.exit_code == 0, result.output
+    best = trained_run.best_checkpoint.stat().st_size
+    exported = sum(p.stat().st_size for p in (tmp_path / "model").iterdir())
+    first = result.output.splitlines()[0]
+    assert f"exported {trained_run.best_checkpoint} ({best / 2**20:.2f} MiB)" in first
+    assert f"as inference to {tmp_path / 'model'} ({exported / 2**20:.2f} MiB" in first
+    assert re.search(r"model\.safetensors +\d+\.\d\d MiB", result.output)
+    print(first)
+
+
+@pytest.fixture(scope="module")
+def rnn_checkpoint(trained_run, tmp_path_factory):
+    """An untrained RNN checkpoint with the trained run's tokenizer."""
+    tokenizer = load_checkpoint(trained_run.run_dir).tokenizer
+    cfg = load_recipe(None, ["model.arch=rnn", "model.embed_dim=16", "model.encoder_hidden=16",
+                             "model.decoder_hidden=16", "model.attn_dim=16"])
+    torch.manual_seed(0)
+    model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True)
+    path = tmp_path_factory.mktemp("rnn") / "rnn.pt"
+    save_checkpoint(path, model, cfg, tokenizer, 1)
+    return path
+
+
+def test_the_rnn_exports_to_inference_only(rnn_checkpoint, tmp_path):
+    result = run(str(rnn_checkpoint), "-o", str(tmp_path / "rnn"))
+    assert result.exit_code == 0, result.output
+    loaded, original = load_checkpoint(tmp_path / "rnn"), load_checkpoint(rnn_checkpoint)
+    for name, tensor in original.model.state_dict().items():
+        assert torch.equal(loaded.model.state_dict()[name], tensor), name
+    for fmt in ("ctranslate2", "hf"):
+        if importlib.util.find_spec({"hf": "transformers"}.get(fmt, fmt)) is None:
+            continue
+        output = one_error(run(str(rnn_checkpoint), "--format", fmt, "-o", str(tmp_path / fmt)))
+        assert f"--format {fmt} converts only the Transformer" in output
+        assert "additive attention" in output and "--format inference" in output
+        assert not (tmp_path / fmt).exists()  # nothing half-written
+
+
+def test_options_a_format_cannot_take_and_an_occupied_output_are_refused(trained_run, tmp_path):
+    ckpt = str(trained_run.best_checkpoint)
+    output = one_error(run(ckpt, "--format", "ctranslate2", "--dtype", "bf16", "-o",
+                           str(tmp_path / "a")))
+    assert "ctranslate2 takes --quantization" in output
+    output = one_error(run(ckpt, "--quantization", "int8", "-o", str(tmp_path / "b")))
+    assert "--quantization takes int8" in output
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    assert "exists and is not an empty folder" in one_error(run(ckpt, "-o", str(tmp_path / "full")))
+    assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
+
+
+def test_a_missing_peer_package_is_named(trained_run, tmp_path, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "ctranslate2" else real(name, *a))
+    output = one_error(run(str(trained_run.best_checkpoint), "--format", "ctranslate2", "-o",
+                           str(tmp_path / "ct2")))
+    assert "needs the ctranslate2 package: pip install 'translate[export]'" in output

@@ -1,0 +1,121 @@
+"""`translate average`: the mean of a run's last step checkpoints, as one checkpoint.
+
+Averaging the parameters of the last few checkpoints (Vaswani et al., 2017, averaged the last 5
+or 20) smooths the noise of the final updates much as an EMA does, at no training cost. The
+run must have kept them: `train.keep_last` step checkpoints are kept (1 in the Multi30k
+recipes), so train with `--set train.keep_last=N` to average N.
+
+Each checkpoint's `model` weights are averaged (the EMA ones where training kept an EMA). The
+result keeps the newest checkpoint's recipe, tokenizer and step and records which checkpoints it
+averages; it has no optimizer or training state, so nobody resumes from it by mistake, and it
+loads wherever a checkpoint does (`decode`, `evaluate`, `export`, `Translator.load`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import torch
+
+from translate.checkpoint import (FORMAT_VERSION, CheckpointError, read_checkpoint, step_number,
+                                  write_checkpoint)
+from translate.model_folder import unique_tensors
+
+
+@dataclass
+class Averaged:
+    path: Path
+    inputs: list[Path]  # oldest first
+    step: int  # the newest input's
+
+
+def step_checkpoints(run_dir: Path) -> list[Path]:
+    """The run's step_<N>.pt files, by step number (oldest first)."""
+    return sorted((p for p in run_dir.glob("step_*.pt") if step_number(p) >= 0), key=step_number)
+
+
+def average_state_dicts(states: Iterable[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of state dicts with the same names and shapes, summed in float64
+    and cast back. One state is read at a time (an iterator keeps one in memory). Names that
+    share one tensor in the first (tied embeddings) share the mean."""
+    states = iter(states)
+    first = next(states, None)
+    if first is None:
+        raise ValueError("no state dicts to average")
+    unique, aliases = unique_tensors(first)
+    sums = {n: t.to(torch.float64) if t.is_floating_point() else t for n, t in unique.items()}
+    count = 1
+    for state in states:
+        for name, total in sums.items():
+            if total.is_floating_point():
+                total += state[name].to(torch.float64)
+            elif not torch.equal(state[name], total):  # integer buffers (none today)
+                raise CheckpointError(f"{name} is an integer tensor that differs between the "
+                                      f"checkpoints; it cannot be averaged")
+        count += 1
+    mean = {n: (sums[n] / count).to(t.dtype) if t.is_floating_point() else t.clone()
+            for n, t in unique.items()}
+    return {n: mean[aliases.get(n, n)] for n in first}
+
+
+def _check_alike(base: dict, base_path: Path, data: dict, path: Path) -> None:
+    """One model: the same architecture, tokenizer, parameter names and shapes."""
+    pair = f"{base_path.name} and {path.name}"
+    model_a, model_b = base["recipe"].get("model", {}), data["recipe"].get("model", {})
+    for key in sorted(set(model_a) | set(model_b)):
+        if model_a.get(key) != model_b.get(key):
+            raise CheckpointError(f"{pair} have different recipes (model.{key}: "
+                                  f"{model_a.get(key)!r} and {model_b.get(key)!r}); only "
+                                  f"checkpoints of one model average")
+    if any(not torch.equal(base["tokenizer"][s], data["tokenizer"][s]) for s in ("src", "tgt")):
+        raise CheckpointError(f"{pair} have different tokenizers; only checkpoints of one "
+                              f"model average")
+    a, b = base["model"], data["model"]
+    if set(a) != set(b):
+        raise CheckpointError(f"{pair} have different parameters "
+                              f"({sorted(set(a) ^ set(b))[0]} is in one only)")
+    for name, tensor in a.items():
+        if tensor.shape != b[name].shape:
+            raise CheckpointError(f"{pair} have different shapes for {name} "
+                                  f"({tuple(tensor.shape)} and {tuple(b[name].shape)})")
+
+
+def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | None = None
+                        ) -> Averaged:
+    """Average the `model` weights of the run's `last` step checkpoints into `out` (default
+    RUN_DIR/average_last<N>.pt), written atomically."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise CheckpointError(f"run folder not found: {run_dir}")
+    if last < 2:
+        raise CheckpointError(f"--last must be at least 2, got {last}: one checkpoint is "
+                              f"its own average")
+    found = step_checkpoints(run_dir)
+    if len(found) < last:
+        names = ", ".join(p.name for p in found) or "none"
+        raise CheckpointError(f"{run_dir} holds {len(found)} step checkpoint(s) ({names}), fewer "
+                              f"than --last {last}: train with --set train.keep_last={last} to "
+                              f"keep them")
+    paths = found[-last:]
+    first = read_checkpoint(paths[0])
+    first = {k: first[k] for k in ("model", "recipe", "tokenizer", "step") if k in first}
+    newest = {}
+
+    def models() -> Iterator[dict]:
+        """Each checkpoint's weights, checked against the first; the newest's recipe kept."""
+        for path in paths:
+            data = first if path == paths[0] else read_checkpoint(path)
+            _check_alike(first, paths[0], data, path)
+            newest.update(recipe=data["recipe"], tokenizer=data["tokenizer"],
+                          step=int(data.get("step", step_number(path))))
+            model = data["model"]
+            del data  # its optimizer state, before the next checkpoint is read
+            yield model
+
+    model = average_state_dicts(models())
+    path = Path(out) if out else run_dir / f"average_last{last}.pt"
+    write_checkpoint(path, {"format_version": FORMAT_VERSION, "model": model, **newest,
+                            "averaged": [p.name for p in paths]})
+    return Averaged(path, paths, newest["step"])

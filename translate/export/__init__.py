@@ -1,0 +1,140 @@
+"""`translate export`: a trained model in the form its users run it.
+
+    inference    model.safetensors, the SentencePiece model(s) and config.json
+                 (translate.model_folder): what `translate decode`, `evaluate`, `Translator.load`
+                 and the server load like a checkpoint, without its optimizer and training state
+    ctranslate2  a CTranslate2 model folder and spm.model (translate.export.ct2)
+    hf           a `transformers` Pegasus folder (`save_pretrained`) and spm.model
+                 (translate.export.hf)
+
+Every format holds the checkpoint's `model` weights: the EMA (or averaged) ones where training
+kept them. The folder is written under a temporary name and renamed into place whole, so a
+failed export leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import nn
+
+from translate.checkpoint import load_checkpoint
+from translate.model_folder import DTYPES, is_model_folder, write_model_folder
+from translate.models.transformer import Transformer
+
+FORMATS = ("inference", "ctranslate2", "hf")
+NEEDS = {"ctranslate2": "ctranslate2", "hf": "transformers"}  # format -> package
+
+
+class ExportError(ValueError):
+    """A model or an option the chosen format cannot take; the message says why."""
+
+
+def transformer_only(model: nn.Module, fmt: str) -> Transformer:
+    """`model`, if the peer format `fmt` can hold it: the Transformer, not the RNN."""
+    if not isinstance(model, Transformer):
+        raise ExportError(f"--format {fmt} converts only the Transformer: {fmt} has no "
+                          f"counterpart for the RNN's recurrent layers, additive attention and "
+                          f"maxout output; export the RNN with --format inference")
+    return model
+
+
+@dataclass
+class Exported:
+    out: Path
+    fmt: str
+    source: Path  # the checkpoint file (or exported folder) read
+    source_bytes: int
+    files: dict[str, int]  # file name -> bytes
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.files.values())
+
+    def summary(self) -> str:
+        lines = [f"exported {self.source} ({_mib(self.source_bytes)}) as {self.fmt} to "
+                 f"{self.out} ({_mib(self.bytes)}, {self.bytes / self.source_bytes:.0%})"]
+        lines += [f"  {name:24s} {_mib(size):>12s}" for name, size in self.files.items()]
+        return "\n".join(lines)
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.2f} MiB"
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() \
+        else path.stat().st_size
+
+
+def export(checkpoint: str | Path, fmt: str, out: str | Path, dtype: str | None = None,
+           quantization: str | None = None) -> Exported:
+    """Write the model of `checkpoint` (a .pt, a run folder's best.pt, an exported folder) as
+    `fmt` into the new folder `out`.
+
+    Args:
+        dtype: inference and hf: fp32 (default), bf16 or fp16 weights (half the size).
+        quantization: ctranslate2: one of ct2.QUANTIZATIONS (default float32).
+    """
+    out = Path(out)
+    _check_options(fmt, out, dtype, quantization)
+    loaded = load_checkpoint(checkpoint)  # checks recipe, tokenizer and weights first
+    source = Path(checkpoint)
+    if source.is_dir() and not is_model_folder(source):
+        source = source / "best.pt"
+    tmp = out.parent / f".{out.name}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        if fmt == "inference":
+            write_model_folder(loaded.data, tmp, dtype or "fp32", source.name)
+        else:
+            _write_peer(loaded, fmt, tmp, dtype, quantization)
+        if out.exists():
+            out.rmdir()  # empty, as checked
+        out.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
+    return Exported(out, fmt, source, _size(source), files)
+
+
+def _check_options(fmt: str, out: Path, dtype: str | None, quantization: str | None) -> None:
+    from translate.export.ct2 import QUANTIZATIONS
+
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
+    if dtype is not None and (fmt == "ctranslate2" or dtype not in DTYPES):
+        raise ExportError(f"--dtype takes {', '.join(DTYPES)} with --format inference or hf; "
+                          f"ctranslate2 takes --quantization")
+    if quantization is not None and (fmt != "ctranslate2" or quantization not in QUANTIZATIONS):
+        raise ExportError(f"--quantization takes {', '.join(QUANTIZATIONS)} with --format "
+                          f"ctranslate2; the other formats take --dtype")
+    if fmt in NEEDS and importlib.util.find_spec(NEEDS[fmt]) is None:
+        raise ExportError(f"--format {fmt} needs the {NEEDS[fmt]} package: "
+                          f"pip install 'translate[export]'")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ExportError(f"{out} exists and is not an empty folder; choose a new output folder")
+
+
+def _write_peer(loaded, fmt: str, out: Path, dtype: str | None, quantization: str | None):
+    """A CTranslate2 or transformers folder, with the SentencePiece model(s) beside it."""
+    tokenizer, data = loaded.tokenizer, loaded.recipe.data
+    if fmt == "ctranslate2":
+        from translate.export.ct2 import to_ctranslate2, vocabulary
+
+        to_ctranslate2(loaded.model, vocabulary(tokenizer.src), vocabulary(tokenizer.tgt), out,
+                       quantization)
+    else:
+        from transformers.utils import logging as hf_logging
+
+        from translate.export.hf import to_pegasus
+
+        hf_logging.disable_progress_bar()  # a bar for writing one small file
+        hf = to_pegasus(loaded.model)
+        hf.to(DTYPES[dtype or "fp32"]).save_pretrained(out)
+    tokenizer.save(out, data.src_lang, data.tgt_lang)
