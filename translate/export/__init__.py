@@ -116,7 +116,7 @@ def _check_options(fmt: str, out: Path, dtype: str | None, quantization: str | N
                           f"ctranslate2; the other formats take --dtype")
     if fmt in NEEDS and importlib.util.find_spec(NEEDS[fmt]) is None:
         raise ExportError(f"--format {fmt} needs the {NEEDS[fmt]} package: "
-                          f"pip install 'translate[export]'")
+                          f"pip install 'translate-nmt[export]'")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out} exists and is not an empty folder; choose a new output folder")
 
