@@ -42,6 +42,14 @@ def _exiting() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
+device_option = click.option("--device", default=None,
+                             help="cpu, cuda, cuda:1, mps (default: the best available).")
+precision_option = click.option(
+    "--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]), default=None,
+    help="Decoding precision (default: the recipe's train.precision); int8 quantizes the linear "
+    "layers, CPU only.")
+beam_option = click.option("--beam", type=click.IntRange(min=1), default=None,
+                           help="Beam size; 1 = greedy (default: the recipe's decode.beam, 5).")
 engine_option = click.option(
     "--engine", type=click.Choice(["auto", "fast", "plain"]), default="auto", show_default=True,
     help="fast: the CPU speed work (translate.fast); plain: the textbook model as written, to "
@@ -74,7 +82,7 @@ def main(verbose: bool) -> None:
 @click.option("--data", "data_path", default=None, metavar="PATH_OR_HUB_NAME",
               help="Dataset to use instead of the recipe's (same as TRANSLATE_DATA); with "
               "--resume, the same data in another place.")
-@click.option("--device", default=None, help="cpu, cuda, cuda:1, mps (default: best available).")
+@device_option
 @click.option("--no-progress", is_flag=True,
               help="No progress bars (there are none unless stderr is a terminal).")
 def train(recipe, overrides, run_dir, resume_dir, data_path, device, no_progress):
@@ -154,8 +162,7 @@ def _resume_recipe(run_dir: str, overrides: tuple, data_path: str | None):
 @click.argument("checkpoint", type=click.Path())
 @click.option("-i", "--input", "input_path", default="-", help="Source sentences, one a line (- = stdin).")
 @click.option("-o", "--output", "output_path", default="-", help="Translations (- = stdout).")
-@click.option("--beam", type=click.IntRange(min=1), default=None,
-              help="Beam size; 1 = greedy (default: the recipe's decode.beam, 5).")
+@beam_option
 @click.option("--nbest", type=click.IntRange(min=1), default=1, show_default=True,
               help="Hypotheses per sentence (<= beam), written as 'i ||| text ||| score logprob'.")
 @click.option("--lenpen", type=float, default=None,
@@ -170,10 +177,8 @@ def _resume_recipe(run_dir: str, overrides: tuple, data_path: str | None):
               help="Lines read, decoded and written at a time, so any input size fits in memory.")
 @click.option("--interactive", is_flag=True, help="Translate each line as soon as it is typed "
               "(the default when stdin is a terminal).")
-@click.option("--device", default=None, help="cpu, cuda, mps (default: best available).")
-@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]),
-              default=None, help="Decoding precision (default: the recipe's train.precision); "
-              "int8 quantizes the linear layers, CPU only.")
+@device_option
+@precision_option
 @engine_option
 def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max_tokens,
            batch_size, chunk, interactive, device, precision, engine):
@@ -275,14 +280,11 @@ def _read_input(path: str) -> list[str]:
 @click.option("--hyp", type=click.Path(dir_okay=False), help="Hypothesis file (with --ref).")
 @click.option("--ref", type=click.Path(dir_okay=False), help="Reference file (with --hyp).")
 @click.option("--lang", default=None, help="Target language for legacy tokenization (default de).")
-@click.option("--beam", type=click.IntRange(min=1), default=None,
-              help="Beam size; 1 = greedy (default: the recipe's decode.beam, 5).")
+@beam_option
 @click.option("--lenpen", type=float, default=None, help="Length penalty alpha for beam search.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-@click.option("--device", default=None)
-@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]),
-              default=None, help="Decoding precision (default: the recipe's train.precision); "
-              "int8 quantizes the linear layers, CPU only.")
+@device_option
+@precision_option
 @engine_option
 def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_json, device,
              precision, engine):
@@ -354,7 +356,7 @@ def _score_checkpoint(checkpoint, splits, data_path, device, beam=None, lenpen=N
               help="Report folder: report.md, results.json, figures, hypotheses.")
 @click.option("--data", "data_path", default=None, metavar="PATH_OR_HUB_NAME",
               help="Dataset instead of the first run's recipe's (same as TRANSLATE_DATA).")
-@click.option("--device", default=None, help="cpu, cuda, mps (default: best available).")
+@device_option
 @click.option("--samples", type=click.IntRange(min=0), default=5, show_default=True,
               help="Sample translations shown side by side.")
 @click.option("--beam", type=click.IntRange(min=1), default=5, show_default=True,
@@ -386,7 +388,7 @@ def compare(run_dirs, split, output, data_path, device, samples, beam, engine):
 @click.option("--text", required=True, help="The source sentence to translate.")
 @click.option("-o", "--output", default="attention.png", show_default=True,
               type=click.Path(dir_okay=False), help="PNG file to write.")
-@click.option("--device", default=None, help="cpu, cuda, mps (default: best available).")
+@device_option
 def attention(checkpoint, text, output, device):
     """Draw the attention maps of a CHECKPOINT's (file or run folder) translation of --text.
 
@@ -414,10 +416,8 @@ def attention(checkpoint, text, output, device):
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
               help="Port to listen on; 0 picks a free one (the startup line names it).")
-@click.option("--device", default=None, help="cpu, cuda, mps (default: best available).")
-@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]),
-              default=None, help="Decoding precision (default: the recipe's train.precision); "
-              "int8 quantizes the linear layers, CPU only.")
+@device_option
+@precision_option
 @engine_option
 @click.option("--batch-wait-ms", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="How long a request waits for others to be decoded with it (0: no wait).")

@@ -355,8 +355,9 @@ def save_recipe(recipe: Recipe, path: Path) -> None:
                     encoding="utf-8")
 
 
-def _local_relative(dataset: str) -> bool:
-    return not (Path(dataset).is_absolute() or dataset.startswith("~")) and Path(dataset).exists()
+def _relative_path(dataset: Any) -> bool:
+    """Whether `dataset` reads as a relative path (a hub name does too, but exists nowhere)."""
+    return isinstance(dataset, str) and not (Path(dataset).is_absolute() or dataset.startswith("~"))
 
 
 def data_relative_to(recipe: Recipe, folder: Path) -> Recipe:
@@ -364,7 +365,7 @@ def data_relative_to(recipe: Recipe, folder: Path) -> Recipe:
     relative to `folder` (a run folder): saved so, a run finds its data from anywhere. Hub
     names and absolute paths stay as they are."""
     dataset = recipe.data.dataset
-    if not _local_relative(dataset):
+    if not (_relative_path(dataset) and Path(dataset).exists()):
         return recipe
     moved = os.path.relpath(Path(dataset).resolve(), Path(folder).resolve())
     return dataclasses.replace(recipe, data=dataclasses.replace(recipe.data, dataset=moved))
@@ -380,7 +381,7 @@ def _dataset_from(dataset: Any, folder: Path) -> Any:
     """A relative data path that exists from `folder`, as a path from the working directory;
     anything else (a hub name, an absolute path, a path that exists only from the working
     directory, as in recipes saved before data paths were stored relative) as it is."""
-    if not isinstance(dataset, str) or Path(dataset).is_absolute() or dataset.startswith("~"):
+    if not _relative_path(dataset):
         return dataset
     there = Path(folder) / dataset
     return os.path.relpath(there.resolve()) if there.exists() else dataset

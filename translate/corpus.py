@@ -245,19 +245,18 @@ def sample_pairs(cfg: DataConfig, split: str, size: int, seed: int = 1,
     rng = random.Random(seed)
     src, tgt, stats, seen = [], [], CleanStats(), 0
     source = find_split(cfg, split)
-    bar = tqdm(desc=f"reading {source.where} for SentencePiece", unit=" pairs", unit_scale=True,
-               disable=not progress, leave=False, dynamic_ncols=True)
-    for chunk in read_chunks(source, cfg, CHUNK_PAIRS):
-        s, t = parse_chunk(chunk, cfg.src_lang, cfg.tgt_lang)
-        bar.update(len(s))
-        keep, chunk_stats = clean_text_pairs(s, t)
-        stats.add(chunk_stats)
-        for i in keep:
-            if seen < size:
-                src.append(s[i])
-                tgt.append(t[i])
-            elif (j := rng.randrange(seen + 1)) < size:
-                src[j], tgt[j] = s[i], t[i]
-            seen += 1
-    bar.close()
+    with tqdm(desc=f"reading {source.where} for SentencePiece", unit=" pairs", unit_scale=True,
+              disable=not progress, leave=False, dynamic_ncols=True) as bar:
+        for chunk in read_chunks(source, cfg, CHUNK_PAIRS):
+            s, t = parse_chunk(chunk, cfg.src_lang, cfg.tgt_lang)
+            bar.update(len(s))
+            keep, chunk_stats = clean_text_pairs(s, t)
+            stats.add(chunk_stats)
+            for i in keep:
+                if seen < size:
+                    src.append(s[i])
+                    tgt.append(t[i])
+                elif (j := rng.randrange(seen + 1)) < size:
+                    src[j], tgt[j] = s[i], t[i]
+                seen += 1
     return src, tgt, stats
