@@ -47,6 +47,21 @@ def test_the_average_is_the_mean_of_the_last_checkpoints_and_decodes(run_with_st
     assert exported.exit_code == 0, exported.output
 
 
+def test_raw_averages_the_optimizers_weights_not_the_ema(run_with_steps, tmp_path):
+    result = CliRunner().invoke(main, ["average", str(run_with_steps), "--last", "2", "--raw"])
+    path = run_with_steps / "average_last2_raw.pt"
+    assert result.exit_code == 0 and str(path) in result.output, result.output
+    inputs = [read_checkpoint(run_with_steps / f"step_{n}.pt") for n in (20, 30)]
+    averaged = read_checkpoint(path)
+    assert averaged["averaged_weights"] == "raw"
+    for name, tensor in averaged["model"].items():
+        a, b = (data["train_model"][name].double() for data in inputs)
+        assert torch.equal(tensor, ((a + b) / 2).float()), name
+    ema = (inputs[0]["model"]["output.weight"] + inputs[1]["model"]["output.weight"]) / 2
+    assert not torch.allclose(averaged["model"]["output.weight"], ema)  # not the EMA's mean
+    path.unlink()
+
+
 def test_the_default_output_averages_the_last_n_by_step_number(run_with_steps, tmp_path):
     run = shutil.copytree(run_with_steps, tmp_path / "run")
     (run / "step_9.pt").write_bytes((run / "step_10.pt").read_bytes())  # 9 < 10 < 20 < 30

@@ -5,8 +5,9 @@ or 20) smooths the noise of the final updates much as an EMA does, at no trainin
 run must have kept them: `train.keep_last` step checkpoints are kept (1 in the Multi30k
 recipes), so train with `--set train.keep_last=N` to average N.
 
-Each checkpoint's `model` weights are averaged (the EMA ones where training kept an EMA). The
-result keeps the newest checkpoint's recipe, tokenizer and step and records which checkpoints it
+Each checkpoint's `model` weights are averaged: the EMA ones where training kept an EMA. With
+`raw=True` (`--raw`) the optimizer's own weights are averaged instead, which is the classic
+recipe (an average of points along the trajectory, in place of an EMA of them). The result keeps the newest checkpoint's recipe, tokenizer and step and records which checkpoints it
 averages; it has no optimizer or training state, so nobody resumes from it by mistake, and it
 loads wherever a checkpoint does (`decode`, `evaluate`, `export`, `Translator.load`).
 """
@@ -82,10 +83,17 @@ def _check_alike(base: dict, base_path: Path, data: dict, path: Path) -> None:
                                   f"({tuple(tensor.shape)} and {tuple(b[name].shape)})")
 
 
-def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | None = None
-                        ) -> Averaged:
-    """Average the `model` weights of the run's `last` step checkpoints into `out` (default
-    RUN_DIR/average_last<N>.pt), written atomically."""
+def _weights(data: dict, raw: bool) -> dict:
+    """A checkpoint's weights to average: `model` (the EMA's where there is one), or with `raw`
+    the optimizer's own (`train_model`, saved beside an EMA; `model` itself without one)."""
+    return data.get("train_model", data["model"]) if raw else data["model"]
+
+
+def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | None = None,
+                        raw: bool = False) -> Averaged:
+    """Average the `model` weights (with `raw`, the optimizer's weights) of the run's `last`
+    step checkpoints into `out` (default RUN_DIR/average_last<N>[_raw].pt), written
+    atomically."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise CheckpointError(f"run folder not found: {run_dir}")
@@ -100,7 +108,8 @@ def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | No
                               f"keep them")
     paths = found[-last:]
     first = read_checkpoint(paths[0])
-    first = {k: first[k] for k in ("model", "recipe", "tokenizer", "step") if k in first}
+    first = {"model": _weights(first, raw), **{k: first[k] for k in ("recipe", "tokenizer", "step")
+                                               if k in first}}
     newest = {}
 
     def models() -> Iterator[dict]:
@@ -110,12 +119,13 @@ def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | No
             _check_alike(first, paths[0], data, path)
             newest.update(recipe=data["recipe"], tokenizer=data["tokenizer"],
                           step=int(data.get("step", step_number(path))))
-            model = data["model"]
+            model = _weights(data, raw)
             del data  # its optimizer state, before the next checkpoint is read
             yield model
 
     model = average_state_dicts(models())
-    path = Path(out) if out else run_dir / f"average_last{last}.pt"
+    path = Path(out) if out else run_dir / f"average_last{last}{'_raw' if raw else ''}.pt"
     write_checkpoint(path, {"format_version": FORMAT_VERSION, "model": model, **newest,
-                            "averaged": [p.name for p in paths]})
+                            "averaged": [p.name for p in paths],
+                            "averaged_weights": "raw" if raw else "model"})
     return Averaged(path, paths, newest["step"])

@@ -190,11 +190,14 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max
     from dataclasses import replace
 
     from translate.checkpoint import load_checkpoint
+    from translate.decode_io import (check_output, chunks, format_hypotheses, open_input,
+                                     open_output)
     from translate.engine import resolve_engine
     from translate.inference import decode_sentences, decoding_model
     from translate.utils import pick_device
 
     try:
+        check_output(output_path, input_path)
         dev = pick_device(device)
         loaded = load_checkpoint(checkpoint, dev)
         engine = resolve_engine(engine, dev)
@@ -206,70 +209,20 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max
         model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
                                           dev, engine)
         interactive = interactive or (input_path == "-" and sys.stdin.isatty())
-        with _open_input(input_path) as source, _open_output(output_path) as sink:
+        if interactive and input_path == "-" and sys.stdin.isatty():
+            click.echo("type a sentence and press Enter (Ctrl-D to quit)", err=True)
+        with open_input(input_path) as source, open_output(output_path) as sink:
             first = 0
-            for lines in _chunks(source, input_path, 1 if interactive else chunk):
+            for lines in chunks(source, input_path, 1 if interactive else chunk):
                 found = decode_sentences(model, loaded.tokenizer, lines, cfg, dev, precision,
                                          progress=output_path != "-" and sys.stderr.isatty(),
                                          nbest=nbest, with_scores=scores, engine=engine)
-                sink.write("".join(_format(first + i, hyps, nbest, scores)
+                sink.write("".join(format_hypotheses(first + i, hyps, nbest, scores)
                                    for i, hyps in enumerate(found)))
                 sink.flush()
                 first += len(lines)
     except USER_ERRORS as e:
         _fail(e)
-
-
-def _format(index: int, hyps, nbest: int, scores: bool) -> str:
-    if nbest > 1:
-        return "".join(f"{index} ||| {h.text} ||| {h.score:.4f} {h.logprob:.4f}\n" for h in hyps)
-    h = hyps[0]
-    return f"{h.text}\t{h.score:.4f}\t{h.logprob:.4f}\n" if scores else h.text + "\n"
-
-
-def _open_input(path: str):
-    from contextlib import nullcontext
-
-    if path == "-":
-        return nullcontext(sys.stdin.buffer)
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"input file not found: {p}")
-    if p.is_dir():
-        raise DataError(f"input is a folder, not a file: {p}")
-    return open(p, "rb")
-
-
-def _open_output(path: str):
-    from contextlib import nullcontext
-
-    if path == "-":
-        return nullcontext(sys.stdout)
-    return open(path, "w", encoding="utf-8")
-
-
-def _chunks(stream, name: str, size: int):
-    """Lists of up to `size` decoded lines; the stream is read lazily."""
-    from translate.data import iter_lines
-
-    if size == 1 and sys.stdin.isatty() and stream is sys.stdin.buffer:
-        click.echo("type a sentence and press Enter (Ctrl-D to quit)", err=True)
-    lines = []
-    for line in iter_lines(stream, "stdin" if name == "-" else name):
-        lines.append(line)
-        if len(lines) == size:
-            yield lines
-            lines = []
-    if lines:
-        yield lines
-
-
-def _read_input(path: str) -> list[str]:
-    """All lines of a file (or stdin for -), with the same checks as `decode`'s input."""
-    from translate.data import iter_lines
-
-    with _open_input(path) as stream:
-        return list(iter_lines(stream, "stdin" if path == "-" else path))
 
 
 @main.command()
@@ -291,21 +244,23 @@ def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_jso
     """Score a CHECKPOINT on named splits, or score --hyp against --ref."""
     from dataclasses import asdict
 
+    from translate.decode_io import read_lines
+    from translate.evaluation import score_checkpoint
     from translate.scoring import score
 
     try:
         if hyp or ref:
             if not (hyp and ref) or checkpoint:
                 raise click.UsageError("give --hyp and --ref together, without a checkpoint")
-            hyps, refs = _read_input(hyp), _read_input(ref)
+            hyps, refs = read_lines(hyp), read_lines(ref)
             if not hyps:
                 raise DataError(f"{hyp} is empty: nothing to score")
             if len(hyps) != len(refs):
                 raise DataError(f"{hyp} has {len(hyps)} lines, {ref} has {len(refs)}")
             results = {Path(hyp).name: score(hyps, refs, lang or "de")}
         elif checkpoint:
-            results = _score_checkpoint(checkpoint, splits, data_path, device, beam, lenpen,
-                                        precision, engine)
+            results = score_checkpoint(checkpoint, splits, data_path, device, beam, lenpen,
+                                       precision, engine, progress=sys.stderr.isatty())
         else:
             raise click.UsageError("give a CHECKPOINT, or --hyp and --ref")
     except USER_ERRORS as e:
@@ -315,37 +270,6 @@ def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_jso
     else:
         for name, s in results.items():
             click.echo(f"== {name} ==\n{s.summary()}")
-
-
-def _score_checkpoint(checkpoint, splits, data_path, device, beam=None, lenpen=None,
-                      precision=None, engine="auto") -> dict:
-    from dataclasses import replace
-
-    from translate.checkpoint import load_checkpoint
-    from translate.data import load_split
-    from translate.engine import resolve_engine
-    from translate.evaluation import evaluate_split
-    from translate.inference import decoding_model
-    from translate.utils import pick_device
-
-    dev = pick_device(device)
-    loaded = load_checkpoint(checkpoint, dev)
-    engine = resolve_engine(engine, dev)
-    data_cfg = loaded.recipe.data
-    if data_path:
-        data_cfg = replace(data_cfg, dataset=data_path)
-        os.environ.pop("TRANSLATE_DATA", None)
-    model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
-                                      dev, engine)
-    changes = {"beam": beam, "lenpen": lenpen}
-    decode_cfg = replace(loaded.recipe.decode, **{k: v for k, v in changes.items() if v is not None})
-    results = {}
-    for split in splits or data_cfg.test_splits:
-        src, ref = load_split(data_cfg, split)
-        results[split] = evaluate_split(model, loaded.tokenizer, src, ref, decode_cfg,
-                                        data_cfg.tgt_lang, dev, precision, engine,
-                                        progress=sys.stderr.isatty()).scores
-    return results
 
 
 @main.command()
@@ -365,8 +289,8 @@ def _score_checkpoint(checkpoint, splits, data_path, device, beam=None, lenpen=N
 def compare(run_dirs, split, output, data_path, device, samples, beam, engine):
     """Compare RUN_DIRS on one split and write a Markdown report; the first run is the baseline.
 
-    Each run's best.pt decodes the split now (beam 5 unless --beam says otherwise). The report has a table per system,
-    sacreBLEU's paired bootstrap test, BLEU by source length, learning curves, attention maps
+    Each run's best.pt decodes the split now (beam 5 unless --beam says otherwise). The report
+    has a table per system, sacreBLEU's paired bootstrap test, BLEU by source length, learning curves, attention maps
     and sample translations.
     """
     from translate.analysis.compare import compare as run_compare
@@ -499,14 +423,17 @@ def export_command(checkpoint, fmt, output, dtype, quantization):
 @click.option("--last", type=click.IntRange(min=2), default=5, show_default=True,
               help="How many of the newest step_N.pt checkpoints to average.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Checkpoint to write (default RUN_DIR/average_last<N>.pt).")
-def average(run_dir, last, output):
+              help="Checkpoint to write (default RUN_DIR/average_last<N>.pt, or _raw.pt).")
+@click.option("--raw", is_flag=True,
+              help="Average the optimizer's own weights, not the EMA ones the run validates "
+              "(where it keeps an EMA).")
+def average(run_dir, last, output, raw):
     """Average the weights of RUN_DIR's last step checkpoints into one checkpoint that decode,
     evaluate and export read. Train with --set train.keep_last=N to keep N of them."""
     from translate.averaging import average_checkpoints
 
     try:
-        result = average_checkpoints(run_dir, last, output)
+        result = average_checkpoints(run_dir, last, output, raw)
     except USER_ERRORS as e:
         _fail(e)
     click.echo(f"averaged {', '.join(p.name for p in result.inputs)} into {result.path}")

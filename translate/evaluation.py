@@ -40,3 +40,39 @@ def evaluate_split(model: nn.Module, tokenizer: Tokenizer, sources: Sequence[str
     hyps = translate_sentences(model, tokenizer, sources, cfg, device, precision, progress, engine)
     seconds = time.perf_counter() - start
     return SplitResult(hyps, score(hyps, references, tgt_lang), seconds)
+
+
+def score_checkpoint(checkpoint: str, splits: Sequence[str] = (), data_path: str | None = None,
+                     device: str | None = None, beam: int | None = None,
+                     lenpen: float | None = None, precision: str | None = None,
+                     engine: str = "auto", progress: bool = False) -> dict[str, Scores]:
+    """`translate evaluate CHECKPOINT`: the checkpoint's scores on `splits` (default: its
+    recipe's test splits), read from `data_path` instead of the recipe's dataset if given.
+    Unset decoding options come from the recipe."""
+    import os
+    from dataclasses import replace
+
+    from translate.checkpoint import load_checkpoint
+    from translate.data import load_split
+    from translate.engine import resolve_engine
+    from translate.inference import decoding_model
+    from translate.utils import pick_device
+
+    dev = pick_device(device)
+    loaded = load_checkpoint(checkpoint, dev)
+    resolved = resolve_engine(engine, dev)
+    data_cfg = loaded.recipe.data
+    if data_path:
+        data_cfg = replace(data_cfg, dataset=data_path)
+        os.environ.pop("TRANSLATE_DATA", None)
+    model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
+                                      dev, resolved)
+    changes = {"beam": beam, "lenpen": lenpen}
+    decode_cfg = replace(loaded.recipe.decode, **{k: v for k, v in changes.items() if v is not None})
+    results = {}
+    for split in splits or data_cfg.test_splits:
+        src, ref = load_split(data_cfg, split)
+        results[split] = evaluate_split(model, loaded.tokenizer, src, ref, decode_cfg,
+                                        data_cfg.tgt_lang, dev, precision, resolved,
+                                        progress=progress).scores
+    return results

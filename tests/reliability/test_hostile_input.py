@@ -80,7 +80,7 @@ CASES = {
     "decode invalid UTF-8": (lambda h: ["decode", h["ckpt"], "-i", p(h, "bad_utf8.txt")],
                              "line 2 is not valid UTF-8"),
     "decode folder as output": (lambda h: ["decode", h["ckpt"], "-i", p(h, "bad_utf8.txt"), "-o",
-                                           p(h, "folder")], "Is a directory"),
+                                           p(h, "folder")], "output is a folder, not a file"),
     # evaluate
     "evaluate empty files": (lambda h: ["evaluate", "--hyp", p(h, "empty.txt"), "--ref",
                                         p(h, "empty.txt")], "empty.txt is empty: nothing to score"),

@@ -1,0 +1,90 @@
+"""`translate decode`'s input and output: lines in, translations out, nothing lost.
+
+The input is read lazily in chunks (or a line at a time when interactive), so a file of millions
+of lines never sits in memory. An output file is written beside its final path and renamed over
+it only when every line is translated: an error half-way (an invalid byte on line 90,000, Ctrl-C)
+leaves the old file, if any, as it was. An output that is the input itself is refused before
+anything is opened for writing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import BinaryIO, Iterator, TextIO
+
+from translate.data import DataError, iter_lines
+
+
+def open_input(path: str):
+    """A binary stream of the source lines: the file at `path`, or stdin for "-"."""
+    if path == "-":
+        return nullcontext(sys.stdin.buffer)
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"input file not found: {p}")
+    if p.is_dir():
+        raise DataError(f"input is a folder, not a file: {p}")
+    return open(p, "rb")
+
+
+def check_output(output_path: str, input_path: str) -> None:
+    """Refuse an output that cannot be written, or that is the input (the same file under any
+    name: writing it would destroy what is being read)."""
+    if output_path == "-":
+        return
+    out = Path(output_path)
+    if out.is_dir():
+        raise DataError(f"output is a folder, not a file: {out}")
+    if not out.parent.is_dir():
+        raise DataError(f"the output's folder does not exist: {out.parent}")
+    if input_path != "-" and out.exists() and os.path.samefile(out, input_path):
+        raise DataError(f"the output {out} is the input file: translating into it would "
+                        f"destroy the sentences being read; choose another -o")
+
+
+@contextmanager
+def open_output(path: str) -> Iterator[TextIO]:
+    """A text stream for the translations: stdout for "-", else a temporary file beside `path`
+    that replaces it when the block ends without an error and is removed when it does not."""
+    if path == "-":
+        yield sys.stdout
+        return
+    final = Path(path)
+    tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as sink:
+            yield sink
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def chunks(stream: BinaryIO, name: str, size: int) -> Iterator[list[str]]:
+    """Lists of up to `size` decoded lines; the stream is read lazily."""
+    lines = []
+    for line in iter_lines(stream, "stdin" if name == "-" else name):
+        lines.append(line)
+        if len(lines) == size:
+            yield lines
+            lines = []
+    if lines:
+        yield lines
+
+
+def read_lines(path: str) -> list[str]:
+    """All lines of a file (or stdin for -), with the same checks as `decode`'s input."""
+    with open_input(path) as stream:
+        return list(iter_lines(stream, "stdin" if path == "-" else path))
+
+
+def format_hypotheses(index: int, hyps, nbest: int, scores: bool) -> str:
+    """One input line's output: the translation (with its score and log-probability when
+    `scores`), or with `nbest` > 1 one `index ||| text ||| score logprob` line per hypothesis."""
+    if nbest > 1:
+        return "".join(f"{index} ||| {h.text} ||| {h.score:.4f} {h.logprob:.4f}\n" for h in hyps)
+    h = hyps[0]
+    return f"{h.text}\t{h.score:.4f}\t{h.logprob:.4f}\n" if scores else h.text + "\n"
