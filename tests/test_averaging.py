@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from tests.conftest import TINY_OVERRIDES, train_tiny
 from translate.averaging import average_checkpoints, average_state_dicts
-from translate.checkpoint import CheckpointError, read_checkpoint
+from translate.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from translate.cli import main
 
 
@@ -90,12 +90,12 @@ def test_too_few_or_mismatched_checkpoints_get_one_error_line(run_with_steps, tm
     run = shutil.copytree(run_with_steps, tmp_path / "run")
     data = torch.load(run / "step_20.pt", weights_only=True)
     data["recipe"]["model"]["ffn_dim"] = 256
-    torch.save(data, run / "step_20.pt")
+    write_checkpoint(run / "step_20.pt", data)
     output = fails(str(run), "--last", "3")
     assert "step_10.pt and step_20.pt have different recipes (model.ffn_dim: 128 and 256)" in output
     data["recipe"] = read_checkpoint(run / "step_10.pt")["recipe"]
     data["model"]["encoder_norm.weight"] = torch.ones(7)
-    torch.save(data, run / "step_20.pt")
+    write_checkpoint(run / "step_20.pt", data)
     output = fails(str(run), "--last", "3")
     assert "different shapes for encoder_norm.weight ((64,) and (7,))" in output
     with pytest.raises(CheckpointError, match="run folder not found"):

@@ -16,7 +16,8 @@ from click.testing import CliRunner
 
 from conftest import TINY_OVERRIDES
 from translate.cli import main
-from translate.config import load_recipe, load_run_recipe, recipe_from_dict
+from translate.config import load_recipe, recipe_from_dict
+from translate.training.checkpoints import load_run_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 

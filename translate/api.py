@@ -21,7 +21,7 @@ import torch
 
 from translate.analysis.attention import AttentionMaps, attention_maps
 from translate.checkpoint import Loaded, load_checkpoint
-from translate.config import DecodeConfig
+from translate.config import DecodeConfig, checked
 from translate.engine import resolve_engine
 from translate.inference import Translation, decode_sentences, decoding_model
 from translate.scoring import Scores, score
@@ -66,7 +66,9 @@ class Translator:
             raise ValueError(f"nbest must be an integer from 1 to the beam size ({beam}), "
                              f"got {nbest!r}")
         changes = {"beam": beam, "lenpen": lenpen, "max_tokens": max_tokens}
-        return replace(self.recipe.decode, **{k: v for k, v in changes.items() if v is not None})
+        return checked(replace(self.recipe.decode,
+                               **{k: v for k, v in changes.items() if v is not None}),
+                       "decode options")
 
     @overload
     def translate(self, texts: str, beam: int = ..., nbest: int = ...,

@@ -7,7 +7,8 @@ recipes), so train with `--set train.keep_last=N` to average N.
 
 Each checkpoint's `model` weights are averaged: the EMA ones where training kept an EMA. With
 `raw=True` (`--raw`) the optimizer's own weights are averaged instead, which is the classic
-recipe (an average of points along the trajectory, in place of an EMA of them). The result keeps the newest checkpoint's recipe, tokenizer and step and records which checkpoints it
+recipe (an average of points along the trajectory, in place of an EMA of them). The result
+keeps the newest checkpoint's recipe, tokenizer and step and records which checkpoints it
 averages; it has no optimizer or training state, so nobody resumes from it by mistake, and it
 loads wherever a checkpoint does (`decode`, `evaluate`, `export`, `Translator.load`).
 """

@@ -1,11 +1,14 @@
 """Self-describing checkpoints: weights, recipe, tokenizer, training state; written atomically.
 
 A checkpoint holds only tensors and plain Python values, so it loads with
-`torch.load(..., weights_only=True)` and never runs code from the file.
+`torch.load(..., weights_only=True)` and never runs code from the file. It carries a SHA-256
+of its contents (`content_digest`), checked on every load: a damaged file is refused by name
+instead of decoding garbage or resuming from it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import os
@@ -55,8 +58,37 @@ def save_checkpoint(path: Path, model: nn.Module, recipe: Recipe, tokenizer: Tok
     write_checkpoint(path, payload)
 
 
+def content_digest(payload: dict) -> str:
+    """SHA-256 of a checkpoint's contents, its `checksum` entry left out: every tensor's dtype,
+    shape and bytes and every plain value, in a fixed order. It depends on what was saved, not
+    on how torch laid it out in the file."""
+    digest = hashlib.sha256()
+    _feed(digest, {k: v for k, v in payload.items() if k != "checksum"})
+    return digest.hexdigest()
+
+
+def _feed(digest, value: Any) -> None:
+    if isinstance(value, torch.Tensor):
+        flat = value.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"T{value.dtype}{tuple(value.shape)}:".encode())
+        digest.update(flat.view(torch.uint8).numpy())
+    elif isinstance(value, dict):
+        digest.update(f"{{{len(value)}:".encode())
+        for key in sorted(value, key=repr):
+            digest.update(f"{key!r}=".encode())
+            _feed(digest, value[key])
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"[{len(value)}:".encode())
+        for item in value:
+            _feed(digest, item)
+    else:
+        digest.update(f"{type(value).__name__}:{value!r};".encode())
+
+
 def write_checkpoint(path: Path, payload: dict) -> None:
-    """torch.save `payload` to `path` atomically; a failure leaves the old file (if any) whole."""
+    """torch.save `payload`, with its checksum, to `path` atomically; a failure leaves the old
+    file (if any) whole."""
+    payload = {**payload, "checksum": content_digest(payload)}
     # Serialized in memory first: torch's zip writer would hide a full disk's OSError.
     buffer = io.BytesIO()
     torch.save(payload, buffer)
@@ -147,7 +179,35 @@ def read_checkpoint(path: str | Path) -> dict:
                               f"{first_line(e)})") from None
     if not isinstance(data, dict) or "model" not in data or "recipe" not in data:
         raise CheckpointError(f"{path}: not a translate checkpoint (missing model or recipe)")
+    _check_schema(data, path)
+    if "checksum" in data and data["checksum"] != content_digest(data):  # older ones have none
+        raise CheckpointError(f"{path}: the file is damaged (its contents do not match the "
+                              f"checksum written with them); use another checkpoint")
     return data
+
+
+def _check_schema(data: dict, path: Path) -> None:
+    """The entries a checkpoint's readers rely on, of the types they expect; checked before
+    anything is built from them."""
+    def wrong(what: str) -> CheckpointError:
+        return CheckpointError(f"{path}: not a translate checkpoint ({what})")
+
+    if not isinstance(data["recipe"], dict):
+        raise wrong(f"its recipe is a {type(data['recipe']).__name__}, not a mapping of sections")
+    if not all(isinstance(k, str) for k in data["recipe"]):
+        raise wrong("its recipe has sections not named by text")
+    for name in ("model", "train_model"):
+        weights = data.get(name, {})
+        if not isinstance(weights, dict) or not all(
+                isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in weights.items()):
+            raise wrong(f"its {name} is not a mapping of names to tensors")
+    tokenizer = data.get("tokenizer")
+    if not (isinstance(tokenizer, dict) and all(
+            isinstance(tokenizer.get(s), torch.Tensor) and tokenizer[s].dtype == torch.uint8
+            for s in ("src", "tgt"))):
+        raise wrong("it has no SentencePiece models under tokenizer.src and tokenizer.tgt")
+    if not isinstance(data.get("step", 0), int) or isinstance(data.get("step"), bool):
+        raise wrong(f"its step is {data['step']!r}, not a whole number")
 
 
 def checkpoint_tokenizer(data: dict, path: str | Path = "checkpoint") -> Tokenizer:

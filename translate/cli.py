@@ -56,9 +56,33 @@ engine_option = click.option(
     "read and debug; auto: fast on the CPU, plain elsewhere. Translations agree to rounding.")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group, with one boundary for failures: a user error was already turned into
+    one `Error:` line; anything else that escapes a command (a bug, or a library failing in a
+    way no check foresaw) becomes one line too, naming what failed, unless --verbose or
+    TRANSLATE_DEBUG=1 asks for the traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit,
+                KeyboardInterrupt, BrokenPipeError):
+            raise
+        except Exception as e:
+            if ctx.params.get("verbose") or os.environ.get("TRANSLATE_DEBUG", "") not in ("", "0"):
+                raise
+            _exiting()
+            from translate.utils import first_line
+
+            raise click.ClickException(f"{type(e).__name__}: {first_line(e)[:300]} (unexpected: "
+                                       f"rerun with --verbose for the traceback, and please "
+                                       f"report it)") from None
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="translate-nmt")
-@click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Log debug messages; show the traceback of an unexpected failure.")
 def main(verbose: bool) -> None:
     """translate: encoder-decoder machine translation (Transformer, attention RNN)."""
     from translate.utils import log_to_console
@@ -82,10 +106,13 @@ def main(verbose: bool) -> None:
 @click.option("--data", "data_path", default=None, metavar="PATH_OR_HUB_NAME",
               help="Dataset to use instead of the recipe's (same as TRANSLATE_DATA); with "
               "--resume, the same data in another place.")
+@click.option("--overwrite", is_flag=True,
+              help="Start over in a --run-dir that holds a run, deleting its checkpoints and "
+              "logs (without it, such a folder is refused).")
 @device_option
 @click.option("--no-progress", is_flag=True,
               help="No progress bars (there are none unless stderr is a terminal).")
-def train(recipe, overrides, run_dir, resume_dir, data_path, device, no_progress):
+def train(recipe, overrides, run_dir, resume_dir, data_path, overwrite, device, no_progress):
     """Train a model from a RECIPE (YAML), then score it on the recipe's test splits.
 
     What the run reports goes to stderr and into RUN_DIR/train.log.
@@ -104,9 +131,10 @@ def train(recipe, overrides, run_dir, resume_dir, data_path, device, no_progress
         # Under torchrun the processes join first, so that one that cannot read the recipe or
         # the run folder fails them all, with one message.
         with together(join(pick_device(device))):
-            cfg, run_dir = _train_recipe(recipe, overrides, run_dir, resume_dir, data_path)
+            cfg, run_dir = _train_recipe(recipe, overrides, run_dir, resume_dir, data_path,
+                                         overwrite)
         run_training(cfg, run_dir, device, progress=not no_progress and sys.stderr.isatty(),
-                     resume=bool(resume_dir))
+                     resume=bool(resume_dir), overwrite=overwrite)
     except RankFailed as e:
         _fail_together(e)
     except Interrupted as e:  # rank 0, which saved the checkpoint, has logged it
@@ -116,14 +144,14 @@ def train(recipe, overrides, run_dir, resume_dir, data_path, device, no_progress
 
 
 def _train_recipe(recipe: str | None, overrides: tuple, run_dir: str | None,
-                  resume_dir: str | None, data_path: str | None):
+                  resume_dir: str | None, data_path: str | None, overwrite: bool = False):
     """The recipe and run folder `translate train`'s arguments name."""
     from translate.config import load_recipe
 
     if resume_dir:
-        if recipe or run_dir:
-            raise click.UsageError("--resume RUN_DIR takes no RECIPE and no --run-dir: the "
-                                   "run folder holds its recipe")
+        if recipe or run_dir or overwrite:
+            raise click.UsageError("--resume RUN_DIR takes no RECIPE, --run-dir or --overwrite: "
+                                   "the run folder holds its recipe")
         return _resume_recipe(resume_dir, overrides, data_path), Path(resume_dir)
     if not recipe:
         raise click.UsageError("give a RECIPE, or --resume RUN_DIR")
@@ -152,7 +180,7 @@ def _resume_recipe(run_dir: str, overrides: tuple, data_path: str | None):
     """The run's recipe with resume-safe overrides; --data only moves where the data is read."""
     from dataclasses import replace
 
-    from translate.config import load_run_recipe
+    from translate.training.checkpoints import load_run_recipe
 
     cfg = load_run_recipe(Path(run_dir), overrides)
     return replace(cfg, data=replace(cfg.data, dataset=data_path)) if data_path else cfg
@@ -190,6 +218,7 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max
     from dataclasses import replace
 
     from translate.checkpoint import load_checkpoint
+    from translate.config import checked
     from translate.decode_io import (check_output, chunks, format_hypotheses, open_input,
                                      open_output)
     from translate.engine import resolve_engine
@@ -204,6 +233,7 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max
         changes = {"beam": beam, "lenpen": lenpen, "max_tokens": max_tokens,
                    "batch_size": batch_size}
         cfg = replace(loaded.recipe.decode, **{k: v for k, v in changes.items() if v is not None})
+        cfg = checked(cfg, "decode options")
         if nbest > cfg.beam:
             raise click.UsageError(f"--nbest ({nbest}) cannot exceed the beam size ({cfg.beam})")
         model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,

@@ -15,6 +15,7 @@ An unknown key anywhere is an error that names the file and lists the valid keys
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
@@ -26,6 +27,7 @@ from typing import Any, Optional
 
 import yaml
 
+from translate import yaml_limits
 from translate.models import MODELS
 
 
@@ -163,9 +165,15 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple = (
 
 
 def _read_yaml(path: Path) -> Any:
-    """A YAML file's content via the safe loader (plain values only, never Python objects)."""
+    """A YAML file's content via the safe loader (plain values only, never Python objects),
+    with bounded work (`yaml_limits`)."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        if path.stat().st_size > yaml_limits.MAX_BYTES:
+            raise ConfigError(f"{path}: {path.stat().st_size:,} bytes, over the limit of "
+                              f"{yaml_limits.MAX_BYTES:,} for a recipe")
+        return yaml_limits.safe_load(path.read_text(encoding="utf-8"), str(path))
+    except yaml_limits.YamlLimitError as e:
+        raise ConfigError(str(e)) from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:
@@ -184,7 +192,7 @@ def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = N
     """
     unknown = set(raw) - {"data", "tokenizer", "model", "train", "decode"}
     if unknown:
-        raise ConfigError(f"{where}: unknown section(s) {sorted(unknown)}; valid: "
+        raise ConfigError(f"{where}: unknown section(s) {sorted(unknown, key=str)}; valid: "
                           "['data', 'decode', 'model', 'tokenizer', 'train']")
     if resolved:
         raw = upgrade_recipe(raw)
@@ -238,11 +246,17 @@ def _merge_spec(values: dict, where: str, base_dir: Path | None) -> dict:
     return {**spec_values, **values, "spec": None}
 
 
+def checked(section: Any, where: str) -> Any:
+    """A recipe section (a dataclass) changed after it was read, say by command-line options,
+    checked as a recipe's would be."""
+    return _build(type(section), dataclasses.asdict(section), where)
+
+
 def _build(cls: type, values: dict, where: str):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = set(values) - set(fields)
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; valid keys: {sorted(fields)}")
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown, key=str)}; valid keys: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
     checked = {k: _check_type(v, hints[k], f"{where}.{k}") for k, v in values.items()}
     for key, value in checked.items():
@@ -254,18 +268,53 @@ def _build(cls: type, values: dict, where: str):
 AT_LEAST_ONE = {"max_tokens", "accum_steps", "log_every", "vocab_size", "max_sentences", "d_model",
                 "heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions",
                 "embed_dim", "encoder_hidden", "decoder_hidden", "attn_dim", "beam", "max_len",
-                "valid_beam"}
+                "valid_beam", "warmup"}
+# Fractions: [low, high) -- a dropout of 1 zeroes every activation, a decay of 1 never moves.
+FRACTIONS = {"dropout": (0, 1), "attn_dropout": (0, 1), "activation_dropout": (0, 1),
+             "label_smoothing": (0, 1), "ema_decay": (0, 1)}
+# Upper bounds far past any real use that keep a typo from asking for exabytes or forever.
+AT_MOST = {"d_model": 65_536, "ffn_dim": 1 << 20, "heads": 1024, "encoder_layers": 1000,
+           "decoder_layers": 1000, "embed_dim": 65_536, "encoder_hidden": 65_536,
+           "decoder_hidden": 65_536, "attn_dim": 65_536, "max_positions": 1 << 20,
+           "vocab_size": 1_000_000, "max_tokens": 1 << 24, "accum_steps": 1 << 16,
+           "beam": 1024, "valid_beam": 1024, "max_len": 1 << 20, "max_len_a": 100.0,
+           "max_len_b": 1 << 20, "character_coverage": 1.0, "threads": 4096, "num_proc": 4096}
+
+
+# Words with a fixed set of values.
+CHOICES = {"model_type": ("unigram", "bpe", "char", "word"),
+           "precision": ("auto", "fp32", "bf16", "fp16"), "engine": ("auto", "fast", "plain"),
+           "activation": ("relu", "gelu"), "positions": ("sinusoidal", "learned"),
+           "cell": ("gru", "lstm")}
 
 
 def _check_range(key: str, value: Any, where: str) -> None:
+    if key in CHOICES and isinstance(value, str) and value not in CHOICES[key]:
+        hint = (" (int8 is for decoding only: translate decode/evaluate --precision int8)"
+                if key == "precision" and value == "int8" else "")
+        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(CHOICES[key])}{hint}")
+    if key == "betas" and isinstance(value, tuple):
+        if len(value) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool)
+                                      and 0 <= b < 1 for b in value):
+            raise ConfigError(f"{where}: expected two numbers in [0, 1) (Adam's beta1, beta2), "
+                              f"got {list(value)!r}")
+        return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return
     if not math.isfinite(value):
         raise ConfigError(f"{where}: expected a finite number, got {value!r}")
     if key in AT_LEAST_ONE and value < 1:
-        raise ConfigError(f"{where}: must be at least 1, got {value!r}")
+        hint = " (1: no warm-up)" if key == "warmup" else ""
+        raise ConfigError(f"{where}: must be at least 1{hint}, got {value!r}")
     if value < 0:
         raise ConfigError(f"{where}: must not be negative, got {value!r}")
+    if key == "lr" and value == 0:
+        raise ConfigError(f"{where}: must be above 0, got {value!r}")
+    if key in FRACTIONS and not FRACTIONS[key][0] <= value < FRACTIONS[key][1]:
+        low, high = FRACTIONS[key]
+        raise ConfigError(f"{where}: must be in [{low}, {high}), got {value!r}")
+    if key in AT_MOST and value > AT_MOST[key]:
+        raise ConfigError(f"{where}: must be at most {AT_MOST[key]:,}, got {value!r}")
 
 
 def _check_type(value: Any, hint: Any, where: str) -> Any:
@@ -310,7 +359,9 @@ def _apply_override(raw: dict, item: str) -> None:
     if len(keys) < 2 or not all(keys):
         raise ConfigError(f"override {item!r}: the key must be section.key, e.g. model.d_model=512")
     try:
-        value = yaml.safe_load(text) if text.strip() else ""
+        value = yaml_limits.safe_load(text, f"override {dotted.strip()}") if text.strip() else ""
+    except yaml_limits.YamlLimitError as e:
+        raise ConfigError(str(e)) from None
     except yaml.YAMLError:
         value = text
     node = raw
@@ -331,28 +382,17 @@ RESUME_KEYS = ("max_steps", "max_epochs", "max_minutes", "eval_every", "eval_eve
                "monitor_splits", "engine", "valid_beam")
 
 
-def load_run_recipe(run_dir: Path, overrides: list[str] | tuple = ()) -> Recipe:
-    """The recipe a run folder was trained with (recipe.yaml), with resume-safe overrides only."""
-    path = Path(run_dir) / "recipe.yaml"
-    if not path.is_file():
-        raise ConfigError(f"{run_dir} is not a run folder: it has no recipe.yaml")
-    raw = _read_yaml(path)
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: a recipe is a mapping of sections, got {type(raw).__name__}")
+def resume_overrides(raw: dict, overrides: list[str] | tuple = ()) -> dict:
+    """A run's saved recipe (a dict) with `--set` overrides applied; only the train keys a
+    resumed run may change (RESUME_KEYS) are accepted."""
+    raw = copy.deepcopy(raw)
     for item in overrides:
         key = item.split("=", 1)[0].strip()
         if key not in {f"train.{k}" for k in RESUME_KEYS}:
             raise ConfigError(f"--set {key!r}: a resumed run keeps its recipe; only these train "
                               f"keys may change: {', '.join(RESUME_KEYS)}")
         _apply_override(raw, item)
-    return data_from(recipe_from_dict(raw, str(path), resolved=True), Path(run_dir))
-
-
-def save_recipe(recipe: Recipe, path: Path) -> None:
-    """Write the recipe as YAML, its local data folder relative to the file's folder."""
-    recipe = data_relative_to(recipe, path.parent)
-    path.write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False, allow_unicode=True),
-                    encoding="utf-8")
+    return raw
 
 
 def _relative_path(dataset: Any) -> bool:

@@ -9,6 +9,7 @@ text (``train.en`` + ``train.de``). Columns are flat (``en``, ``de``) or nested
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import itertools
 import logging
@@ -125,11 +126,12 @@ def _table_chunks(source: SplitSource, cfg: DataConfig, size: int) -> Iterator[C
             raise _hub_error(source, e) from None
         batches = itertools.chain([first] if first else [], batches)
     else:
-        if source.kind != "parquet":
-            _check_utf8(source.files[0])  # arrow would fail later, without naming the line
-        kwargs = {"delimiter": "\t"} if source.files[0].suffix == ".tsv" else {}
+        lines = None
+        if source.kind != "parquet":  # arrow would fail later, without naming the line
+            lines = _check_utf8(source.files[0])
         rows = datasets.load_dataset(source.kind, data_files={"split": str(source.files[0])},
-                                     split="split", streaming=True, **kwargs)
+                                     split="split", streaming=True,
+                                     **_csv_options(source.files[0]))
         batches = rows.iter(batch_size=size)
     row = 1
     try:
@@ -142,6 +144,22 @@ def _table_chunks(source: SplitSource, cfg: DataConfig, size: int) -> Iterator[C
     except Exception as e:  # datasets wraps parse errors in several types
         raise DataError(f"{source.where}: could not be read as {source.kind}: "
                         f"{first_line(e)}") from None
+    if source.kind == "csv" and row != lines:  # rows + the header line
+        quoting = ("TSV has no quoting, so a row is a line" if source.files[0].suffix == ".tsv"
+                   else "a quoted field spans lines (a stray '\"'?); a row must be one line")
+        raise DataError(f"{source.where}: read {row - 1} rows from {lines - 1} lines after the "
+                        f"header: {quoting}")
+
+
+def _csv_options(path: Path) -> dict:
+    """How `datasets` reads a CSV or TSV file: every field as text ('' where empty, never NaN:
+    "NA" and "null" are sentences too); a TSV file has no quoting, a CSV file the usual '"'."""
+    if path.suffix not in (".csv", ".tsv"):
+        return {}
+    options = {"keep_default_na": False, "na_filter": False}
+    if path.suffix == ".tsv":
+        options.update(delimiter="\t", quoting=csv.QUOTE_NONE)
+    return options
 
 
 _HUB_DOWN: list[str] = []  # why the hub did not answer, once this process has found out
@@ -236,11 +254,35 @@ def iter_lines(stream: BinaryIO, name: str) -> Iterator[str]:
                             f"{e.start})") from None
 
 
-def _check_utf8(path: Path) -> None:
-    """Read the file through, a line at a time, naming the first line that is not UTF-8."""
+def _check_utf8(path: Path) -> int:
+    """Read the file through, a line at a time, naming the first line that is not UTF-8 and, in
+    a CSV or TSV file, the first row whose fields are more or fewer than the header's (pandas
+    would take extra leading fields for an index, or fill missing ones, without a word).
+    Return how many lines are not empty."""
+    nonempty = 0
+
+    def lines(f) -> Iterator[str]:
+        nonlocal nonempty
+        for line in iter_lines(f, str(path)):
+            nonempty += bool(line)
+            yield line
+
     with open(path, "rb") as f:
-        for _ in iter_lines(f, str(path)):
-            pass
+        if path.suffix not in (".csv", ".tsv"):
+            for _ in lines(f):
+                pass
+            return nonempty
+        rows = csv.reader(lines(f), **({"delimiter": "\t", "quoting": csv.QUOTE_NONE}
+                                        if path.suffix == ".tsv" else {}))
+        width = None
+        for row in rows:
+            if not row:
+                continue
+            width = width or len(row)
+            if len(row) != width:
+                raise DataError(f"{path}: line {rows.line_num} has {len(row)} fields, the "
+                                f"header {width}")
+    return nonempty
 
 
 # ---------------------------------------------------------------------------------------------

@@ -80,6 +80,10 @@ def decode_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence
     """
     model.eval()
     device = torch.device(device)
+    if max(cfg.beam, nbest) > tokenizer.tgt_vocab_size:
+        raise ValueError(f"a beam of {max(cfg.beam, nbest)} is more than the target vocabulary "
+                         f"({tokenizer.tgt_vocab_size} pieces) has to offer; use at most "
+                         f"{tokenizer.tgt_vocab_size}")
     limit = model.cfg.max_positions - 1
     encoded = tokenizer.encode_src(sentences)
     for i, ids in enumerate(encoded):

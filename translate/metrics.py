@@ -62,6 +62,8 @@ class MetricsLog:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if not isinstance(record, dict) or not isinstance(record.get("step", 0), (int, float)):
+                continue  # not a record this log wrote
             if record.get("step", 0) <= step and record.get("kind") != "test":
                 kept.append(line + "\n")
         tmp = self.path.with_name(self.path.name + ".tmp")

@@ -24,7 +24,24 @@ def train_sentencepiece(sentences: Sequence[str], cfg: TokenizerConfig, seed: in
     sentences = [s for s in sentences if s.strip()]
     if len(sentences) > cfg.max_sentences:
         sentences = random.Random(seed).sample(sentences, cfg.max_sentences)
+    if not sentences:
+        raise ValueError("no sentences to train SentencePiece on")
+    if cfg.vocab_size <= len(SPECIAL_IDS):
+        raise ValueError(f"tokenizer.vocab_size ({cfg.vocab_size}) must be more than the "
+                         f"{len(SPECIAL_IDS)} special pieces")
     model = io.BytesIO()
+    try:
+        _train(sentences, cfg, model)
+    except RuntimeError as e:  # SentencePiece's checks: "INTERNAL: src/trainer_interface.cc..."
+        text = " ".join(str(e).split())  # "INTERNAL: src/x.cc(827) [check] Explanation."
+        reason = text.rsplit("] ", 1)[-1] if "] " in text else text
+        raise ValueError(f"SentencePiece cannot train a {cfg.model_type} model of "
+                         f"{cfg.vocab_size} pieces on this data ({reason}); change "
+                         f"tokenizer.vocab_size or tokenizer.model_type") from None
+    return model.getvalue()
+
+
+def _train(sentences: list[str], cfg: TokenizerConfig, model: io.BytesIO) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(sentences),
         model_writer=model,
@@ -38,7 +55,6 @@ def train_sentencepiece(sentences: Sequence[str], cfg: TokenizerConfig, seed: in
         minloglevel=2,
         num_threads=2,
     )
-    return model.getvalue()
 
 
 @dataclass

@@ -55,7 +55,9 @@ def pick_device(name: str | None = None) -> torch.device:
     if name:
         try:
             device = torch.device(name)
-        except RuntimeError:
+        except (RuntimeError, TypeError, ValueError):
+            device = None
+        if device is None or device.type not in ("cpu", "cuda", "mps"):
             raise ValueError(f"--device {name!r} is not a device: use cpu, cuda, cuda:N or "
                              f"mps") from None
         if device.type == "cuda" and not torch.cuda.is_available():

@@ -106,3 +106,10 @@ def test_old_fused_qkv_weights_load_as_three_projections(model):
     twin.load_state_dict(upgrade_state_dict(old))
     src, tgt = batch()
     torch.testing.assert_close(twin(src, tgt), model(src, tgt))
+
+
+def test_a_model_that_cannot_be_allocated_is_a_clear_error():
+    from translate.models import ModelTooLarge, build_model
+
+    with pytest.raises(ModelTooLarge, match="does not fit in memory .*make it smaller"):
+        build_model(TransformerConfig(d_model=64, heads=4, ffn_dim=128), 10 ** 9, 10 ** 9, True)

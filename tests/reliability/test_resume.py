@@ -10,7 +10,8 @@ import torch
 
 from conftest import TINY_OVERRIDES
 from translate.checkpoint import CheckpointError, newest_checkpoint, read_checkpoint
-from translate.config import load_recipe, load_run_recipe
+from translate.config import load_recipe
+from translate.training.checkpoints import load_run_recipe
 from translate.training import train
 
 STEPS = 40

@@ -159,3 +159,18 @@ def test_the_collective_timeout_must_be_positive_seconds(value, monkeypatch):
         timeout_seconds()
     monkeypatch.setenv("TRANSLATE_DIST_TIMEOUT", "2.5")
     assert timeout_seconds() == 2.5
+
+
+def test_a_used_run_folder_fails_every_rank_with_one_line(recipe_path, small_data, trained_run,
+                                                         tmp_path):
+    """The run-folder checks (rank 0's) end every rank of a torchrun run as they end one."""
+    import shutil
+
+    used = shutil.copytree(trained_run.run_dir, tmp_path / "used")
+    proc = start(["-m", "translate", "train", str(recipe_path), "--data", str(small_data),
+                  "--run-dir", str(used), "--no-progress", *sets(*ENDLESS)], tmp_path)
+    out = finish(proc)
+    assert proc.returncode != 0
+    assert len(error_lines(out)) == 1 and "already holds a run" in error_lines(out)[0], out
+    assert out.count("exitcode  : 1 ") == 2, out  # torchrun's summary: both ranks exited with 1
+    assert "[rank0]" not in out and "[rank1]" not in out, out  # no traceback from a rank

@@ -30,10 +30,27 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             raise MetricsError(f"{path}: line {number} is not valid JSON (truncated log?)") from None
+        _check_record(record, f"{path}: line {number}")
+        records.append(record)
     return records
+
+
+# The numbers each kind of record must hold for the curves and the comparison report.
+RECORD_NUMBERS = {"train": ("step", "elapsed", "tok_per_s"), "valid": ("step", "elapsed", "dev_bleu"),
+                  "test": ("step", "bleu")}
+
+
+def _check_record(record, where: str) -> None:
+    if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+        raise MetricsError(f"{where} is not a metrics record (a JSON object with a 'kind')")
+    for key in RECORD_NUMBERS.get(record["kind"], ()):
+        value = record.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise MetricsError(f"{where}: its {record['kind']} record has {value!r} under "
+                               f"'{key}', not a number")
 
 
 def plot_learning_curves(run_dirs: list[str | Path], output: str | Path,

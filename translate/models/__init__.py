@@ -26,7 +26,17 @@ def build_model(cfg, src_vocab: int, tgt_vocab: int, shared_vocab: bool) -> nn.M
     """Instantiate the model named by `cfg.arch` with its config `cfg`."""
     if cfg.arch not in MODELS:
         raise ValueError(f"unknown model arch '{cfg.arch}'; valid: {sorted(MODELS)}")
-    return MODELS[cfg.arch].model(cfg, src_vocab, tgt_vocab, shared_vocab)
+    try:
+        return MODELS[cfg.arch].model(cfg, src_vocab, tgt_vocab, shared_vocab)
+    except RuntimeError as e:  # torch's CPU allocator says so in a RuntimeError
+        if "alloc" not in str(e).lower():
+            raise
+        raise ModelTooLarge(f"the {cfg.arch} model of this recipe does not fit in memory "
+                            f"({str(e).strip().splitlines()[-1][:200]}); make it smaller") from None
+
+
+class ModelTooLarge(ValueError):
+    """A model whose weights cannot be allocated."""
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -34,5 +44,6 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-__all__ = ["MODELS", "DecoderState", "RNNConfig", "RNNSeq2Seq", "Seq2Seq", "Transformer",
+__all__ = ["MODELS", "DecoderState", "ModelTooLarge", "RNNConfig", "RNNSeq2Seq", "Seq2Seq",
+           "Transformer",
            "TransformerConfig", "build_model", "count_parameters"]

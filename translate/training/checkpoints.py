@@ -4,9 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from translate.checkpoint import CheckpointError, checkpoint_tokenizer, newest_checkpoint
-from translate.config import ConfigError, Recipe
+import torch
+
+from translate.checkpoint import (CheckpointError, checkpoint_tokenizer, newest_checkpoint,
+                                  step_number)
+from translate.config import ConfigError, Recipe, data_from, recipe_from_dict, resume_overrides
+from translate.run_folder import check_own_checkpoint, run_id
 from translate.tokenizer import Tokenizer
+
+
+def load_run_recipe(run_dir: Path, overrides: list[str] | tuple = ()) -> Recipe:
+    """The recipe a run trains with, read from its newest checkpoint (recipe.yaml is a copy for
+    people to read), with resume-safe `overrides` (`config.RESUME_KEYS`) applied."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(f"run folder not found: {run_dir}")
+    path, checkpoint = newest_checkpoint(run_dir)
+    check_own_checkpoint(path, checkpoint, run_id(run_dir))
+    raw = resume_overrides(checkpoint["recipe"], overrides)
+    return data_from(recipe_from_dict(raw, f"{path} (recipe)", resolved=True), run_dir)
 
 
 def resume_point(run_dir: Path, recipe: Recipe, clean: bool = True
@@ -14,6 +30,7 @@ def resume_point(run_dir: Path, recipe: Recipe, clean: bool = True
     """The run's newest readable checkpoint (path, contents) and its tokenizer, once checked
     against the recipe; with `clean`, half-written files of the crashed process are removed."""
     path, checkpoint = newest_checkpoint(run_dir)
+    check_all_own(run_dir)
     check_resumable(path, checkpoint, recipe)
     tokenizer = checkpoint_tokenizer(checkpoint)
     if clean:
@@ -38,3 +55,23 @@ def check_resumable(path: Path, checkpoint: dict, recipe: Recipe) -> None:
         raise ConfigError(f"{path} was saved after {minutes:.1f} minutes, already "
                           f"train.max_minutes ({max_minutes:g}); to train on, raise it: "
                           f"--set train.max_minutes=N")
+
+
+def check_all_own(run_dir: Path) -> None:
+    """Every checkpoint in the folder must be the run's own: resuming beside another run's file
+    would let `train.keep_last` delete or mix it. Only the checkpoints' small pickled part is
+    read (their tensors are memory-mapped, not loaded)."""
+    own = run_id(run_dir)
+    if own is None:  # a run from before run.json: nothing to check against
+        return
+    names = ("last.pt", "best.pt", *(p.name for p in run_dir.glob("step_*.pt")
+                                     if step_number(p) >= 0))
+    for path in (run_dir / n for n in names):
+        if not path.is_file():
+            continue
+        try:
+            data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except Exception:  # unreadable: newest_checkpoint skips it with a warning
+            continue
+        if isinstance(data, dict):
+            check_own_checkpoint(path, data, own)

@@ -121,6 +121,7 @@ class Trainer:
         self.pending: list[StepFigures] = []  # steps whose figures the host has not read yet
         self.kept: list[Path] = []
         self.last_eval_seconds = 0.0
+        self.run_id: str | None = None  # run.json's, written into every checkpoint
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -358,6 +359,7 @@ class Trainer:
             "scaler": self.scaler.state_dict(),
             "rng": rng_state(),
             "best_dev_bleu": max(self.best_bleu, 0.0),
+            **({"run_id": self.run_id} if self.run_id else {}),
             "trainer": {"epoch": self.epoch, "position": self.position, "elapsed": self.elapsed,
                         "train_seconds": self.train_seconds, "best_bleu": self.best_bleu,
                         "bad_evals": self.bad_evals, "bad_losses": self.bad_losses,
@@ -375,6 +377,11 @@ class Trainer:
             self.ema.load_state_dict(upgrade_state_dict(data["model"]))
         self.model.load_state_dict(upgrade_state_dict(data.get("train_model", data["model"])))
         self.optimizer.load_state_dict(data["optimizer"])
+        for param, state in self.optimizer.state.items():  # torch checks counts, not shapes
+            for name, value in state.items():
+                if isinstance(value, torch.Tensor) and value.dim() and value.shape != param.shape:
+                    raise ValueError(f"the optimizer's {name} of shape {tuple(value.shape)} does "
+                                     f"not fit a weight of shape {tuple(param.shape)}")
         self.scheduler.load_state_dict(data["scheduler"])
         if data["scaler"]:
             self.scaler.load_state_dict(data["scaler"])

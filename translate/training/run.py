@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from translate.checkpoint import CheckpointError, Loaded, check_writable, load_checkpoint
-from translate.config import Recipe, save_recipe
+from translate.config import Recipe
 from translate.data import load_split
 from translate.evaluation import evaluate_split
 from translate.metrics import MetricsLog
+from translate.run_folder import locked, run_files, run_id, start_run
 from translate.training.checkpoints import resume_point
 from translate.training.distributed import World, join, together
 from translate.training.loop import Interrupted, Trainer
@@ -36,25 +37,32 @@ class TrainResult:
 
 
 def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
-          progress: bool = True, resume: bool = False) -> TrainResult:
+          progress: bool = True, resume: bool = False, overwrite: bool = False) -> TrainResult:
     """Train a model as the recipe says, then score the best checkpoint on the test splits.
 
-    With `resume`, continue the run in `run_dir` from its newest readable checkpoint instead;
-    `recipe` is then the run's own (see `config.load_run_recipe`). Under torchrun, a failure
+    A new run refuses a `run_dir` that holds a run, unless `overwrite` (which deletes that run's
+    files). With `resume`, continue the run in `run_dir` from its newest readable checkpoint
+    instead; `recipe` is then the run's own (see `training.checkpoints.load_run_recipe`). The run
+    holds the folder's lock throughout (`run_folder.locked`). Under torchrun, a failure
     while the run starts, on any rank, raises `RankFailed` on every rank. A new run that fails
     before its first step leaves no run folder behind. What the run reports is logged (the
     `translate` logger), and copied into the run folder's train.log.
     """
     world = join(pick_device(device))  # several processes under torchrun, else one
     new_folder = world.is_main and not resume and not run_dir.exists()
+    claimed: list[bool] = []  # set once this new run has claimed the folder
     with ExitStack() as cleanup:
         try:
             with together(world):
-                trainer = _start(recipe, run_dir, device, progress, resume, world, cleanup)
+                trainer = _start(recipe, run_dir, device, progress, resume, overwrite, world,
+                                 cleanup, claimed)
         except BaseException:
             cleanup.close()  # the log file, before its folder goes
             if new_folder:
                 shutil.rmtree(run_dir, ignore_errors=True)
+            elif claimed:  # a folder that was there before: only what this run wrote goes
+                for path in run_files(run_dir):
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
             raise
         try:
             steps = trainer.run()
@@ -81,21 +89,26 @@ def summary(result: TrainResult) -> str:
 
 
 def _start(recipe: Recipe, run_dir: Path, device: Optional[str], progress: bool, resume: bool,
-           world: World, cleanup: ExitStack) -> Trainer:
-    """Check the run folder, find the resume point, prepare the data and build the Trainer
-    (restored when resuming); `cleanup` closes the log file and the metrics log afterwards."""
+           overwrite: bool, world: World, cleanup: ExitStack, claimed: list) -> Trainer:
+    """Lock and check the run folder, claim it (a new run) or find the resume point, prepare the
+    data and build the Trainer (restored when resuming); `cleanup` releases the lock and closes
+    the log file and the metrics log afterwards."""
     if world.is_main:
         check_writable(run_dir)
-    checkpoint, tokenizer = None, None
+        cleanup.enter_context(locked(run_dir))
+    checkpoint, tokenizer, own_id = None, None, None
     if resume:
         path, checkpoint, tokenizer = resume_point(run_dir, recipe, clean=world.is_main)
-    if world.is_main:
-        save_recipe(recipe, run_dir / "recipe.yaml")
+        own_id = run_id(run_dir)
+    elif world.is_main:
+        own_id = start_run(recipe, run_dir, overwrite)
+        claimed.append(True)
     cleanup.enter_context(_log_file(run_dir / "train.log", world.is_main))
     data = prepare_data(recipe, run_dir, tokenizer, world, progress)
     metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=world.is_main)
     cleanup.callback(metrics.close)
     trainer = Trainer(recipe, run_dir, data, metrics, device, progress, world)
+    trainer.run_id = own_id
     if checkpoint is not None:
         _restore(trainer, path, checkpoint)
     return trainer
