@@ -1,19 +1,25 @@
-"""Training throughput in target tokens/s (pieces + EOS) on real Multi30k batches.
+"""Training throughput in target tokens/s (pieces + EOS) on real Multi30k batches, and model
+FLOPs utilisation (MFU) against the matmul peak measured in the same run.
 
-Measures, in one process and on the same batches, our Transformer in fp32 and in bf16 autocast
-and, when `transformers` is installed, a Hugging Face MarianMT of the same size (the peer) in fp32.
-Systems take turns round by round so machine noise hits them alike; the figure is the median
-over rounds, and each system is also given as a ratio to the peer.
+Measured in one process and on the same batches: our Transformer in each precision with the
+fast engine on and off, and, when `transformers` is installed, a Hugging Face MarianMT of the
+same size (the peer) in fp32 and, where bf16 is measured, in bf16 autocast too, so that the
+peer runs at its best on the CPU at hand. Systems take turns round by round so machine noise
+hits them alike; the figure is the median over rounds, each system is given as a ratio to the
+peer's best, and MFU = 6 x parameters x target tokens/s over the matmul peak of the system's
+precision (a square matmul, timed between the rounds).
 
     python benchmarks/train_speed.py --data ../shared/data/multi30k --rounds 5 --steps 8
-    python benchmarks/train_speed.py ... --json benchmarks/results/train_speed.json
+    python benchmarks/train_speed.py ... --precisions fp32,bf16 --json benchmarks/results/train_speed.json
+
+bf16 is measured by default where the CPU has AMX (there `translate train` picks it), fp32
+everywhere.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -22,11 +28,13 @@ import torch
 
 from translate.config import DataConfig, TokenizerConfig
 from translate.data import clean_text_pairs, encode_pairs, iterate_batches, load_split
-from translate.engine import FAST
+from translate.engine import FAST, PLAIN
 from translate.models import TransformerConfig, build_model, count_parameters
 from translate.tokenizer import Tokenizer
 from translate.tokens import PAD
-from translate.utils import autocast
+from translate.utils import autocast, cpu_has_amx, cpu_name
+
+MATMUL_SIZE = 1024  # the peak: (1024 x 1024) @ (1024 x 1024), 2.1 GFLOP
 
 
 def make_batches(data: str, max_tokens: int, n: int):
@@ -43,11 +51,26 @@ def make_batches(data: str, max_tokens: int, n: int):
     return tok, batches
 
 
+def matmul_peak(dtype: torch.dtype, reps: int = 20) -> float:
+    """GFLOP/s of a square matmul in `dtype`: the median of `reps` timings after a warm-up."""
+    a = torch.randn(MATMUL_SIZE, MATMUL_SIZE).to(dtype)
+    b = torch.randn(MATMUL_SIZE, MATMUL_SIZE).to(dtype)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    return 2 * MATMUL_SIZE ** 3 / statistics.median(times) / 1e9
+
+
 class Ours:
-    def __init__(self, vocab: int, precision: str):
+    def __init__(self, vocab: int, precision: str, engine=FAST):
         torch.manual_seed(0)
         cfg = TransformerConfig(dropout=0.1)
-        self.model = FAST.prepare(build_model(cfg, vocab, vocab, shared_vocab=True)).train()
+        self.engine = engine
+        self.model = engine.prepare(build_model(cfg, vocab, vocab, shared_vocab=True)).train()
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98))
         self.precision = precision
         self.params = count_parameters(self.model)
@@ -55,7 +78,7 @@ class Ours:
     def step(self, batch) -> None:
         with autocast(torch.device("cpu"), self.precision):
             logits = self.model(batch.src, batch.tgt_in)
-        loss, _ = FAST.loss(logits, batch.tgt_out, 0.1, PAD)
+        loss, _ = self.engine.loss(logits, batch.tgt_out, 0.1, PAD)
         (loss / batch.num_tgt_tokens).backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.opt.step()
@@ -63,9 +86,10 @@ class Ours:
 
 
 class Marian:
-    """The peer: Hugging Face MarianMT built from a config (3+3 layers, d 256, 4 heads, FFN 1024)."""
+    """The peer: Hugging Face MarianMT built from a config (3+3 layers, d 256, 4 heads, FFN 1024),
+    in fp32 or under bf16 autocast."""
 
-    def __init__(self, vocab: int):
+    def __init__(self, vocab: int, precision: str = "fp32"):
         from transformers import MarianConfig, MarianMTModel
 
         torch.manual_seed(0)
@@ -77,16 +101,34 @@ class Marian:
         self.model = MarianMTModel(cfg).train()
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98))
         self.params = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        self.precision = precision
 
     def step(self, batch) -> None:
-        out = self.model(input_ids=batch.src, attention_mask=batch.src != PAD,
-                         decoder_input_ids=batch.tgt_in, decoder_attention_mask=batch.tgt_in != PAD)
-        loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), batch.tgt_out.flatten(),
-                                                 ignore_index=PAD, label_smoothing=0.1)
+        with autocast(torch.device("cpu"), self.precision):
+            out = self.model(input_ids=batch.src, attention_mask=batch.src != PAD,
+                             decoder_input_ids=batch.tgt_in,
+                             decoder_attention_mask=batch.tgt_in != PAD)
+        loss = torch.nn.functional.cross_entropy(out.logits.float().flatten(0, 1),
+                                                 batch.tgt_out.flatten(), ignore_index=PAD,
+                                                 label_smoothing=0.1)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+
+
+def build_systems(vocab: int, precisions: list[str]) -> dict:
+    """Ours in each precision with the fast engine and the plain one; the peer in each."""
+    systems = {}
+    for precision in precisions:
+        systems[f"ours {precision} fast"] = Ours(vocab, precision, FAST)
+        systems[f"ours {precision} plain"] = Ours(vocab, precision, PLAIN)
+    try:
+        for precision in precisions:
+            systems[f"hf marian {precision}"] = Marian(vocab, precision)
+    except ImportError:
+        print("transformers is not installed: measuring without the MarianMT peer")
+    return systems
 
 
 def main() -> None:
@@ -96,40 +138,55 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=8, help="steps per system per round")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precisions", default="fp32,bf16" if cpu_has_amx() else "fp32",
+                    help="comma-separated: fp32, bf16 (default: bf16 too where the CPU has AMX)")
     ap.add_argument("--json", type=Path, default=Path("benchmarks/results/train_speed.json"))
     args = ap.parse_args()
+    precisions = args.precisions.split(",")
+    if not set(precisions) <= {"fp32", "bf16"}:
+        ap.error(f"--precisions takes fp32 and bf16, got {args.precisions}")
     torch.set_num_threads(args.threads)
     tok, batches = make_batches(args.data, args.max_tokens, args.steps * args.rounds + 2)
-    systems = {"ours fp32": Ours(tok.tgt_vocab_size, "fp32"),
-               "ours bf16": Ours(tok.tgt_vocab_size, "bf16")}
-    try:
-        systems["hf marian fp32"] = Marian(tok.tgt_vocab_size)
-    except ImportError:
-        print("transformers is not installed: measuring without the MarianMT peer")
+    systems = build_systems(tok.tgt_vocab_size, precisions)
     for system in systems.values():  # warm-up: allocator, oneDNN kernels
         for batch in batches[:2]:
             system.step(batch)
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     rates: dict[str, list[float]] = {name: [] for name in systems}
+    peaks: dict[str, list[float]] = {p: [] for p in precisions}
     for r in range(args.rounds):
+        for precision in precisions:
+            peaks[precision].append(matmul_peak(dtypes[precision]))
         chunk = batches[2 + r * args.steps: 2 + (r + 1) * args.steps]
         tokens = sum(b.num_tgt_tokens for b in chunk)
-        for name, system in systems.items():
+        order = list(systems) if r % 2 == 0 else list(reversed(systems))
+        for name in order:
             t0 = time.perf_counter()
             for batch in chunk:
-                system.step(batch)
+                systems[name].step(batch)
             rates[name].append(tokens / (time.perf_counter() - t0))
-        print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:.0f}" for n, v in rates.items()))
-    peer = "hf marian fp32" if "hf marian fp32" in systems else "ours fp32"
+        print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:.0f}" for n, v in rates.items())
+              + " | matmul GFLOP/s " + ", ".join(f"{p} {v[-1]:.0f}" for p, v in peaks.items()))
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    peers = [name for name in systems if name.startswith("hf marian")]
+    peer = max(peers, key=medians.get) if peers else "ours fp32 plain"
+    peak = {p: statistics.median(v) for p, v in peaks.items()}
     result = {"threads": args.threads, "max_tokens": args.max_tokens, "rounds": args.rounds,
-              "steps_per_round": args.steps, "torch": torch.__version__,
-              "machine": platform.processor() or platform.machine(), "systems": {}}
-    print(f"\n{'system':18s} {'params':>8s} {'median tok/s':>13s} {'vs ' + peer:>22s}")
+              "steps_per_round": args.steps, "torch": torch.__version__, "cpu": cpu_name(),
+              "amx": cpu_has_amx(), "matmul_peak_gflops": peak, "peer": peer,
+              "flops_per_target_token": "6 x parameters", "systems": {}}
+    print(f"\nmatmul peak ({MATMUL_SIZE}^3, median): "
+          + ", ".join(f"{p} {g:.0f} GFLOP/s" for p, g in peak.items()))
+    print(f"\n{'system':20s} {'params':>8s} {'median tok/s':>13s} {'vs ' + peer:>22s} {'MFU':>7s}")
     for name, values in rates.items():
-        median = statistics.median(values)
-        ratio = median / statistics.median(rates[peer])
-        result["systems"][name] = {"params": systems[name].params, "median_tok_per_s": median,
-                                   "rounds_tok_per_s": values, f"ratio_to_{peer}": ratio}
-        print(f"{name:18s} {systems[name].params / 1e6:7.2f}M {median:13.0f} {ratio:22.2f}")
+        system = systems[name]
+        ratio = medians[name] / medians[peer]
+        mfu = 6 * system.params * medians[name] / (peak[system.precision] * 1e9)
+        result["systems"][name] = {"params": system.params, "precision": system.precision,
+                                   "median_tok_per_s": medians[name], "rounds_tok_per_s": values,
+                                   "ratio_to_peer_best": ratio, "mfu": mfu}
+        print(f"{name:20s} {system.params / 1e6:7.2f}M {medians[name]:13.0f} {ratio:22.2f} "
+              f"{mfu:6.1%}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))
     print(f"\nwrote {args.json}")

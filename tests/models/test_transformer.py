@@ -111,5 +111,35 @@ def test_old_fused_qkv_weights_load_as_three_projections(model):
 def test_a_model_that_cannot_be_allocated_is_a_clear_error():
     from translate.models import ModelTooLarge, build_model
 
-    with pytest.raises(ModelTooLarge, match="does not fit in memory .*make it smaller"):
+    with pytest.raises(ModelTooLarge, match="make it smaller"):  # refused by the estimate
         build_model(TransformerConfig(d_model=64, heads=4, ffn_dim=128), 10 ** 9, 10 ** 9, True)
+
+
+@pytest.mark.parametrize("arch, overrides", [
+    ("transformer", {}), ("transformer", {"tie_embeddings": False}),
+    ("transformer", {"positions": "learned", "encoder_layers": 1, "ffn_dim": 48}),
+    ("transformer", {"qkv_bias": False}),
+    ("rnn", {}), ("rnn", {"cell": "lstm", "encoder_layers": 2}),
+    ("rnn", {"tie_embeddings": False, "attn_dim": 24}),
+])
+@pytest.mark.parametrize("shared", [True, False])
+def test_the_parameter_estimate_bounds_the_count_without_building(arch, overrides, shared):
+    from translate.models import MODELS, estimate_parameters
+
+    small = ({"d_model": 32, "heads": 4, "ffn_dim": 64} if arch == "transformer" else
+             {"embed_dim": 32, "encoder_hidden": 24, "decoder_hidden": 40, "attn_dim": 16})
+    cfg = MODELS[arch].config(**{**small, **overrides})
+    actual = count_parameters(build_model(cfg, 70, 50 if not shared else 70, shared))
+    estimate = estimate_parameters(cfg, 70, 50 if not shared else 70, shared)
+    exact = overrides.get("qkv_bias", True)  # without Q/K/V biases the estimate is a bound
+    assert estimate == actual if exact else actual < estimate <= actual * 1.1
+
+
+def test_a_model_too_large_for_memory_is_refused_before_allocating():
+    from translate.models import ModelTooLarge
+
+    cfg = TransformerConfig(d_model=60_000, heads=1, ffn_dim=128, encoder_layers=2,
+                            decoder_layers=2)
+    with pytest.raises(ModelTooLarge, match="has about .*G parameters, .* GiB of weights; this "
+                                            "machine has .* GiB of memory"):
+        build_model(cfg, 1000, 1000, True)

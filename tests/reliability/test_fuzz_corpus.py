@@ -116,6 +116,8 @@ def w(trained_run, recipe_path, small_data, tmp_path_factory):
         "recipe_model_list": {**good, "recipe": {**recipe, "model": [1]}},
         "recipe_huge_d_model": {**good, "recipe": {**recipe, "model": {**recipe["model"],
                                                                       "d_model": 10 ** 6}}},
+        "recipe_too_large": {**good, "recipe": {**recipe, "model": {
+            **recipe["model"], "d_model": 60_000, "heads": 1}}},
         "recipe_arch": {**good, "recipe": {**recipe, "model": {"arch": "lstm9"}}},
         "recipe_dropout": {**good, "recipe": {**recipe, "model": {**recipe["model"],
                                                                   "dropout": 7}}},
@@ -322,6 +324,7 @@ CKPT_CASES = {
     "recipe_int_keys": "not a translate checkpoint (its recipe has sections not named by text)",
     "recipe_model_list": "section 'model' must be a mapping",
     "recipe_huge_d_model": "model.d_model: must be at most 65,536",
+    "recipe_too_large": "GiB of memory: make it smaller",
     "recipe_arch": "model.arch 'lstm9' is unknown",
     "recipe_dropout": "model.dropout: must be in [0, 1), got 7.0",
     "recipe_beam_zero": "decode.beam: must be at least 1",
