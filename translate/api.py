@@ -13,7 +13,6 @@ and token labels; `score` is the BLEU/chrF the toolkit reports everywhere.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Sequence, Union, overload
 
@@ -21,7 +20,7 @@ import torch
 
 from translate.analysis.attention import AttentionMaps, attention_maps
 from translate.checkpoint import Loaded, load_checkpoint
-from translate.config import DecodeConfig, checked
+from translate.config import DecodeConfig, decode_options
 from translate.engine import resolve_engine
 from translate.inference import Translation, decode_sentences, decoding_model
 from translate.scoring import Scores, score
@@ -65,10 +64,8 @@ class Translator:
         if isinstance(nbest, bool) or not isinstance(nbest, int) or not 1 <= nbest <= beam:
             raise ValueError(f"nbest must be an integer from 1 to the beam size ({beam}), "
                              f"got {nbest!r}")
-        changes = {"beam": beam, "lenpen": lenpen, "max_tokens": max_tokens}
-        return checked(replace(self.recipe.decode,
-                               **{k: v for k, v in changes.items() if v is not None}),
-                       "decode options")
+        return decode_options(self.recipe.decode, beam=beam, lenpen=lenpen,
+                              max_tokens=max_tokens)
 
     @overload
     def translate(self, texts: str, beam: int = ..., nbest: int = ...,

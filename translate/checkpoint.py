@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-import os
 import pickle
 import re
 import shutil
@@ -27,7 +26,7 @@ from translate.model_folder import ModelFolderError, is_model_folder, read_model
 from translate.models import build_model
 from translate.tokenizer import Tokenizer
 from translate.tokens import SPECIAL_IDS
-from translate.utils import first_line
+from translate.utils import atomic_write, first_line
 
 log = logging.getLogger(__name__)
 
@@ -92,30 +91,13 @@ def write_checkpoint(path: Path, payload: dict) -> None:
     # Serialized in memory first: torch's zip writer would hide a full disk's OSError.
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
+        with atomic_write(path) as f:
             f.write(buffer.getbuffer())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_folder(path.parent)  # makes the rename itself survive a power cut
     except OSError as e:
         kept = "is unchanged" if path.exists() else "was not written"
         raise CheckpointError(f"could not write the checkpoint {path} ({e.strerror}); "
                               f"the file {kept}") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def _fsync_folder(folder: Path) -> None:
-    if hasattr(os, "O_DIRECTORY"):  # POSIX; elsewhere the rename is all there is
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def check_writable(run_dir: Path) -> None:
@@ -143,9 +125,10 @@ def check_free_space(run_dir: Path, checkpoint_size: int) -> None:
                       f"checkpoints need about {2 * checkpoint_size / 2**20:.1f} MiB")
 
 
-def read_checkpoint(path: str | Path) -> dict:
+def read_checkpoint(path: str | Path, verify: bool = True) -> dict:
     """The raw checkpoint dict of a .pt file, a run folder (its best.pt) or an exported model
-    folder (translate.model_folder), or a CheckpointError naming the file."""
+    folder (translate.model_folder), or a CheckpointError naming the file. Without `verify`
+    the tensors are memory-mapped and the checksum is not checked: for a look at the recipe."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint not found: {path}")
@@ -168,7 +151,7 @@ def read_checkpoint(path: str | Path) -> dict:
             raise CheckpointError(f"{path} is not a checkpoint{hint}: give a run folder or a "
                                   f".pt file that `translate train` wrote")
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        data = torch.load(path, map_location="cpu", weights_only=True, mmap=not verify)
     except Exception as e:
         refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
         if isinstance(e, pickle.UnpicklingError) and refused:  # weights_only met a Python object
@@ -180,7 +163,7 @@ def read_checkpoint(path: str | Path) -> dict:
     if not isinstance(data, dict) or "model" not in data or "recipe" not in data:
         raise CheckpointError(f"{path}: not a translate checkpoint (missing model or recipe)")
     _check_schema(data, path)
-    if "checksum" in data and data["checksum"] != content_digest(data):  # older ones have none
+    if verify and "checksum" in data and data["checksum"] != content_digest(data):  # older ones have none
         raise CheckpointError(f"{path}: the file is damaged (its contents do not match the "
                               f"checksum written with them); use another checkpoint")
     return data
@@ -267,10 +250,10 @@ def step_number(path: Path) -> int:
     return int(number) if number.isdigit() else -1
 
 
-def _resumable(path: Path) -> dict | None:
+def _resumable(path: Path, verify: bool) -> dict | None:
     """The checkpoint's dict when it can be resumed from, else None after a warning naming it."""
     try:
-        data = read_checkpoint(path)
+        data = read_checkpoint(path, verify)
     except CheckpointError as e:
         log.warning("skipping %s", e)
         return None
@@ -280,21 +263,22 @@ def _resumable(path: Path) -> dict | None:
     return data
 
 
-def newest_checkpoint(run_dir: Path) -> tuple[Path, dict]:
+def newest_checkpoint(run_dir: Path, verify: bool = True) -> tuple[Path, dict]:
     """The run's newest checkpoint that reads: last.pt or step_<N>.pt, highest step first, then
-    best.pt; each unreadable one is skipped with a warning naming the file."""
+    best.pt; each unreadable one is skipped with a warning naming the file. Without `verify`
+    (`read_checkpoint`), a damaged file whose pickled part still reads is taken."""
     last = run_dir / "last.pt"
-    last_data = _resumable(last) if last.exists() else None
+    last_data = _resumable(last, verify) if last.exists() else None
     newer_than = int(last_data["step"]) if last_data else -1
     steps = sorted((p for p in run_dir.glob("step_*.pt") if step_number(p) > newer_than),
                    key=step_number, reverse=True)
     for path in steps:
-        if (data := _resumable(path)) is not None:
+        if (data := _resumable(path, verify)) is not None:
             return path, data
     if last_data is not None:
         return last, last_data
     best = run_dir / "best.pt"
-    if best.exists() and (data := _resumable(best)) is not None:
+    if best.exists() and (data := _resumable(best, verify)) is not None:
         return best, data
     raise CheckpointError(f"no readable checkpoint to resume from in {run_dir} (looked for "
                           f"last.pt, step_*.pt and best.pt)")

@@ -215,10 +215,8 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max
     At a terminal (no -i, stdin not redirected) it is interactive: each line is translated as
     soon as it is typed.
     """
-    from dataclasses import replace
-
     from translate.checkpoint import load_checkpoint
-    from translate.config import checked
+    from translate.config import decode_options
     from translate.decode_io import (check_output, chunks, format_hypotheses, open_input,
                                      open_output)
     from translate.engine import resolve_engine
@@ -230,10 +228,8 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max
         dev = pick_device(device)
         loaded = load_checkpoint(checkpoint, dev)
         engine = resolve_engine(engine, dev)
-        changes = {"beam": beam, "lenpen": lenpen, "max_tokens": max_tokens,
-                   "batch_size": batch_size}
-        cfg = replace(loaded.recipe.decode, **{k: v for k, v in changes.items() if v is not None})
-        cfg = checked(cfg, "decode options")
+        cfg = decode_options(loaded.recipe.decode, beam=beam, lenpen=lenpen,
+                             max_tokens=max_tokens, batch_size=batch_size)
         if nbest > cfg.beam:
             raise click.UsageError(f"--nbest ({nbest}) cannot exceed the beam size ({cfg.beam})")
         model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,

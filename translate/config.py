@@ -246,6 +246,13 @@ def _merge_spec(values: dict, where: str, base_dir: Path | None) -> dict:
     return {**spec_values, **values, "spec": None}
 
 
+def decode_options(cfg: DecodeConfig, **changes: Any) -> DecodeConfig:
+    """The recipe's decoding settings with the options a user gave (None: not given), checked
+    as a recipe's values are."""
+    given = {k: v for k, v in changes.items() if v is not None}
+    return checked(dataclasses.replace(cfg, **given), "decode options")
+
+
 def checked(section: Any, where: str) -> Any:
     """A recipe section (a dataclass) changed after it was read, say by command-line options,
     checked as a recipe's would be."""

@@ -128,7 +128,7 @@ def _table_chunks(source: SplitSource, cfg: DataConfig, size: int) -> Iterator[C
     else:
         lines = None
         if source.kind != "parquet":  # arrow would fail later, without naming the line
-            lines = _check_utf8(source.files[0])
+            lines = _check_lines(source.files[0])
         rows = datasets.load_dataset(source.kind, data_files={"split": str(source.files[0])},
                                      split="split", streaming=True,
                                      **_csv_options(source.files[0]))
@@ -254,7 +254,7 @@ def iter_lines(stream: BinaryIO, name: str) -> Iterator[str]:
                             f"{e.start})") from None
 
 
-def _check_utf8(path: Path) -> int:
+def _check_lines(path: Path) -> int:
     """Read the file through, a line at a time, naming the first line that is not UTF-8 and, in
     a CSV or TSV file, the first row whose fields are more or fewer than the header's (pandas
     would take extra leading fields for an index, or fill missing ones, without a word).

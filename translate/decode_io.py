@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator, TextIO
 
 from translate.data import DataError, iter_lines
+from translate.utils import atomic_write
 
 
 def open_input(path: str):
@@ -47,20 +48,13 @@ def check_output(output_path: str, input_path: str) -> None:
 
 @contextmanager
 def open_output(path: str) -> Iterator[TextIO]:
-    """A text stream for the translations: stdout for "-", else a temporary file beside `path`
-    that replaces it when the block ends without an error and is removed when it does not."""
+    """A text stream for the translations: stdout for "-", else `utils.atomic_write(path)`,
+    which becomes `path` only when the block ends without an error."""
     if path == "-":
         yield sys.stdout
         return
-    final = Path(path)
-    tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as sink:
-            yield sink
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_write(path, "w") as sink:
+        yield sink
 
 
 def chunks(stream: BinaryIO, name: str, size: int) -> Iterator[list[str]]:

@@ -53,7 +53,7 @@ def score_checkpoint(checkpoint: str, splits: Sequence[str] = (), data_path: str
     from dataclasses import replace
 
     from translate.checkpoint import load_checkpoint
-    from translate.config import checked
+    from translate.config import decode_options
     from translate.data import load_split
     from translate.engine import resolve_engine
     from translate.inference import decoding_model
@@ -68,10 +68,7 @@ def score_checkpoint(checkpoint: str, splits: Sequence[str] = (), data_path: str
         os.environ.pop("TRANSLATE_DATA", None)
     model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
                                       dev, resolved)
-    changes = {"beam": beam, "lenpen": lenpen}
-    decode_cfg = checked(replace(loaded.recipe.decode,
-                                 **{k: v for k, v in changes.items() if v is not None}),
-                         "decode options")
+    decode_cfg = decode_options(loaded.recipe.decode, beam=beam, lenpen=lenpen)
     results = {}
     for split in splits or data_cfg.test_splits:
         src, ref = load_split(data_cfg, split)

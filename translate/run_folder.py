@@ -28,6 +28,7 @@ from typing import Iterator
 import yaml
 
 from translate.config import Recipe, data_relative_to
+from translate.utils import atomic_write
 
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
@@ -46,20 +47,6 @@ def run_files(run_dir: Path) -> list[Path]:
     if (run_dir / "tensorboard").is_dir():
         found.add(run_dir / "tensorboard")
     return sorted(found)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, fsync it and rename it over `path`."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def recipe_text(recipe: Recipe, run_dir: Path) -> str:
@@ -82,8 +69,9 @@ def start_run(recipe: Recipe, run_dir: Path, overwrite: bool = False) -> str:
     text = recipe_text(recipe, run_dir)
     identity = {"run_id": uuid.uuid4().hex, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "recipe_sha256": hashlib.sha256(text.encode()).hexdigest()}
-    write_atomically(run_dir / "recipe.yaml", text)
-    write_atomically(run_dir / RUN_FILE, json.dumps(identity, indent=2) + "\n")
+    for name, content in (("recipe.yaml", text), (RUN_FILE, json.dumps(identity, indent=2) + "\n")):
+        with atomic_write(run_dir / name, "w") as f:
+            f.write(content)
     return identity["run_id"]
 
 

@@ -1,14 +1,18 @@
-"""Small helpers: console logging, device choice, seeding and random states, autocast."""
+"""Small helpers: console logging, device choice, seeding and random states, autocast, atomic
+file writes."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import platform
 import random
 import signal
 import sys
 import threading
+from pathlib import Path
+from typing import IO, Iterator
 
 import torch
 
@@ -166,3 +170,32 @@ def stop_signals(announce: bool = True):
     finally:
         for s, old in previous.items():
             signal.signal(s, old)
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | Path, mode: str = "wb") -> Iterator[IO]:
+    """A file that becomes `path` only whole: written beside it under a temporary name, then
+    flushed, fsynced and renamed over it (the rename fsynced too) when the block ends without an
+    error; removed when it does not. A crash, a full disk or an error half-way leaves the old
+    `path`, if any, as it was. Text modes write UTF-8."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_folder(path.parent)  # makes the rename itself survive a power cut
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _fsync_folder(folder: Path) -> None:
+    if hasattr(os, "O_DIRECTORY"):  # POSIX; elsewhere the rename is all there is
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from translate.checkpoint import (CheckpointError, checkpoint_tokenizer, newest_checkpoint,
-                                  step_number)
+                                  read_checkpoint, step_number)
 from translate.config import ConfigError, Recipe, data_from, recipe_from_dict, resume_overrides
 from translate.run_folder import check_own_checkpoint, run_id
 from translate.tokenizer import Tokenizer
@@ -15,11 +13,12 @@ from translate.tokenizer import Tokenizer
 
 def load_run_recipe(run_dir: Path, overrides: list[str] | tuple = ()) -> Recipe:
     """The recipe a run trains with, read from its newest checkpoint (recipe.yaml is a copy for
-    people to read), with resume-safe `overrides` (`config.RESUME_KEYS`) applied."""
+    people to read), with resume-safe `overrides` (`config.RESUME_KEYS`) applied. Only the
+    checkpoint's pickled part is read: `resume_point` reads and verifies the whole file."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(f"run folder not found: {run_dir}")
-    path, checkpoint = newest_checkpoint(run_dir)
+    path, checkpoint = newest_checkpoint(run_dir, verify=False)
     check_own_checkpoint(path, checkpoint, run_id(run_dir))
     raw = resume_overrides(checkpoint["recipe"], overrides)
     return data_from(recipe_from_dict(raw, f"{path} (recipe)", resolved=True), run_dir)
@@ -60,7 +59,7 @@ def check_resumable(path: Path, checkpoint: dict, recipe: Recipe) -> None:
 def check_all_own(run_dir: Path) -> None:
     """Every checkpoint in the folder must be the run's own: resuming beside another run's file
     would let `train.keep_last` delete or mix it. Only the checkpoints' small pickled part is
-    read (their tensors are memory-mapped, not loaded)."""
+    read (`read_checkpoint` without `verify`)."""
     own = run_id(run_dir)
     if own is None:  # a run from before run.json: nothing to check against
         return
@@ -70,8 +69,7 @@ def check_all_own(run_dir: Path) -> None:
         if not path.is_file():
             continue
         try:
-            data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except Exception:  # unreadable: newest_checkpoint skips it with a warning
+            data = read_checkpoint(path, verify=False)
+        except CheckpointError:  # unreadable: newest_checkpoint skips it with a warning
             continue
-        if isinstance(data, dict):
-            check_own_checkpoint(path, data, own)
+        check_own_checkpoint(path, data, own)
