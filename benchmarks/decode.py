@@ -208,7 +208,7 @@ def serve(family: str, checkpoint: Path, ct2_dir: Path, threads: int, conn) -> N
 
 
 def time_rounds(checkpoint: Path, ct2_dir: Path, threads: int, src: list[str],
-                batches: list[list[int]], rounds: int
+                batches: list[list[int]], rounds: int, families: Sequence[str] = FAMILIES
                 ) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
     """Seconds per round and first-round outputs, keyed "system mode".
 
@@ -225,7 +225,7 @@ def time_rounds(checkpoint: Path, ct2_dir: Path, threads: int, src: list[str],
 
     ctx = multiprocessing.get_context("spawn")
     workers = {}
-    for family in FAMILIES:
+    for family in families:
         conn, child = ctx.Pipe()
         process = ctx.Process(target=serve, args=(family, checkpoint, ct2_dir, threads, child),
                               daemon=True)
@@ -280,7 +280,10 @@ def main() -> None:
     cfg = DecodeConfig(lenpen=LENPEN, batch_size=BATCH, max_tokens=10 ** 9)
     with tempfile.TemporaryDirectory() as tmp:
         ct2_dir = Path(tmp) / "ct2"
-        systems = build_systems(loaded, cfg, args.threads, ct2_dir)
+        families = FAMILIES if isinstance(loaded.model, Transformer) else ("ours",)
+        if len(families) == 1:
+            print(f"{loaded.recipe.model.arch}: the peers take Transformers only; measuring ours")
+        systems = build_systems(loaded, cfg, args.threads, ct2_dir, families)
         checks = check_peers(loaded.model, loaded.tokenizer, systems, src, ref,
                              min(args.check, len(src)))
         names = list(systems)
@@ -288,7 +291,7 @@ def main() -> None:
         lengths = [len(ids) for ids in loaded.tokenizer.encode_src(src)]
         batches = length_batches(lengths, cfg.max_tokens, BATCH)  # as every system cuts them
         seconds, outputs = time_rounds(args.checkpoint, ct2_dir, args.threads, src, batches,
-                                       args.rounds)
+                                       args.rounds, families)
 
     rate = {k: len(src) / statistics.median(v) for k, v in seconds.items()}
     bleu = {k: score(out, ref).bleu for k, out in outputs.items()}
@@ -320,6 +323,12 @@ def main() -> None:
             rounds = ", ".join(f"{r:.2f}" for r in paired)
             print(f"ours fp32 / {peer} {mode}: {ratio:.2f}x the sentences/s (per round: {rounds}; "
                   f"median {statistics.median(paired):.2f})")
+    for mode in MODES:  # what precision `auto` should decode in on this CPU
+        paired = [fp32 / bf16 for fp32, bf16 in zip(seconds[f"ours fp32 {mode}"],
+                                                   seconds[f"ours bf16 {mode}"])]
+        result["ratios"][f"ours bf16 / ours fp32 {mode}, per round"] = paired
+        print(f"ours bf16 / ours fp32 {mode}: per round "
+              f"{', '.join(f'{r:.2f}' for r in paired)}; median {statistics.median(paired):.2f}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))
     print(f"\nwrote {args.json}")

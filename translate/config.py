@@ -71,7 +71,10 @@ class TrainConfig:
     max_tokens: int = 4096  # tokens per batch (padded, source or target, whichever is larger)
     accum_steps: int = 1  # gradient accumulation: batches per optimizer step
     lr: float = 1e-3  # peak learning rate, reached after `warmup` steps
-    warmup: int = 1000  # linear warm-up steps, then inverse square-root decay
+    warmup: int = 1000  # linear warm-up steps, then the schedule's decay
+    # inverse_sqrt: lr * sqrt(warmup / step), no end; linear | cosine: down to 0 when the budget
+    # (max_steps, max_minutes or max_epochs, whichever comes first) runs out
+    lr_schedule: str = "inverse_sqrt"
     betas: tuple = (0.9, 0.98)
     weight_decay: float = 0.0
     label_smoothing: float = 0.1
@@ -292,7 +295,8 @@ AT_MOST = {"d_model": 65_536, "ffn_dim": 1 << 20, "heads": 1024, "encoder_layers
 CHOICES = {"model_type": ("unigram", "bpe", "char", "word"),
            "precision": ("auto", "fp32", "bf16", "fp16"), "engine": ("auto", "fast", "plain"),
            "activation": ("relu", "gelu"), "positions": ("sinusoidal", "learned"),
-           "cell": ("gru", "lstm")}
+           "cell": ("gru", "lstm"),
+           "lr_schedule": ("inverse_sqrt", "linear", "cosine")}
 
 
 def _check_range(key: str, value: Any, where: str) -> None:

@@ -68,7 +68,7 @@ def test_a_nan_loss_skips_the_batch_without_touching_the_weights(monkeypatch, tr
     after = snapshot(trainer.model)
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert torch.equal(trainer.optimizer.state_dict()["state"][0]["exp_avg"], adam)
-    assert trainer.step == 1 and trainer.scheduler.last_epoch == 1
+    assert trainer.step == 1
     assert all(p.grad is None for p in trainer.model.parameters())
     with pytest.raises(TrainingError, match=r"2 batches had a NaN/inf loss, over "
                                             r"train.max_bad_losses \(1\); stopping"):

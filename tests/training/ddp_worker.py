@@ -16,10 +16,10 @@ from translate.training.distributed import join  # noqa: E402
 from translate.training.progress import TrainingBar  # noqa: E402
 
 
-def main(recipe: str, data: str, out: str, steps: int, accum: int) -> None:
+def main(recipe: str, data: str, out: str, steps: int, accum: int, *overrides: str) -> None:
     cfg = load_recipe(recipe, [*TINY_OVERRIDES, f"data.dataset={data}",
                                f"train.accum_steps={accum}", "train.eval_every=0",
-                               "train.log_every=100000", "train.save_every=0"])
+                               "train.log_every=100000", "train.save_every=0", *overrides])
     world = join(torch.device("cpu"))
     run_dir = Path(out) / f"rank{world.rank}"
     run_dir.mkdir(parents=True)
@@ -33,10 +33,11 @@ def main(recipe: str, data: str, out: str, steps: int, accum: int) -> None:
         trainer.next_step(batches)
     trainer.settle()  # the steps' losses, read from the device into the log window
     torch.save({"model": trainer.model.state_dict(), "losses": trainer.window.losses,
-                "position": trainer.position, "step": trainer.step},
+                "position": trainer.position, "step": trainer.step,
+                "lr": trainer.optimizer.param_groups[0]["lr"]},
                Path(out) / f"rank{world.rank}.pt")
     metrics.close()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), *sys.argv[6:])

@@ -57,6 +57,19 @@ def test_two_processes_update_as_one_with_accumulation(runs):
     assert pair[0]["losses"] == pair[1]["losses"]  # the loss of the whole step, on every rank
 
 
+def test_ranks_share_rank_0s_clock_for_a_time_budget_schedule(recipe_path, small_data, tmp_path):
+    """A cosine decay over max_minutes reads the clock; every rank takes rank 0's reading, so
+    their learning rates, and so their weights, stay equal to the bit."""
+    run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(WORKER),
+         str(recipe_path), str(small_data), str(tmp_path / "pair"), str(STEPS), "1",
+         "train.lr_schedule=cosine", "train.warmup=1", "train.max_minutes=0.2"], tmp_path)
+    pair = [torch.load(tmp_path / "pair" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert 0 < pair[0]["lr"] == pair[1]["lr"] < 3e-3  # on its way down from the peak
+    for name, weight in pair[0]["model"].items():
+        assert torch.equal(pair[1]["model"][name], weight), name
+
+
 def test_key_biases_differ_by_rounding_alone(runs):
     """A key bias adds q . b_k to every score of a query alike, which softmax cancels: its true
     gradient is zero, and what backward computes is rounding noise. Adam divides that noise by

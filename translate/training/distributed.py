@@ -161,10 +161,15 @@ def sum_gradients(parameters: Iterable[nn.Parameter], world: World) -> None:
 
 def agree(flags: Sequence[bool], world: World) -> list[bool]:
     """Rank 0's decisions (validate now? stop?), the same on every rank."""
+    return [value > 0 for value in from_main_numbers(flags, world)]
+
+
+def from_main_numbers(values: Sequence[float], world: World) -> list[float]:
+    """Rank 0's numbers (bools count as 0/1), the same on every rank: in one collective."""
+    values = [float(v) for v in values]
     if world.size == 1:
-        return [bool(f) for f in flags]
-    return [s > 0 for s in all_sum([float(bool(f)) if world.is_main else 0.0 for f in flags],
-                                   world)]
+        return values
+    return all_sum([v if world.is_main else 0.0 for v in values], world)
 
 
 def any_rank(flag: bool, world: World) -> bool:

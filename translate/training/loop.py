@@ -31,7 +31,8 @@ from translate.metrics import LogWindow, MetricsLog
 from translate.models import build_model, count_parameters
 from translate.tokens import PAD
 from translate.training.compilation import compiled, engine_name
-from translate.training.distributed import World, agree, all_sum_, any_rank, sum_gradients
+from translate.training.distributed import (World, agree, all_sum_, any_rank, from_main_numbers,
+                                            sum_gradients)
 from translate.training.optim import make_optimizer, skips_on_device, step_unless, update_ema
 from translate.training.prepare import TrainingData
 from translate.training.progress import TrainingBar
@@ -106,6 +107,10 @@ class Trainer:
         # Exponential moving average of the weights: validated, saved and used to translate.
         self.ema = copy.deepcopy(self.model).eval().requires_grad_(False) \
             if self.cfg.ema_decay > 0 else None
+        if self.cfg.lr_schedule != "inverse_sqrt" and not (
+                self.cfg.max_steps or self.cfg.max_minutes or self.cfg.max_epochs):
+            raise ConfigError(f"train.lr_schedule {self.cfg.lr_schedule} decays to zero as the "
+                              "budget runs out: set train.max_steps, max_minutes or max_epochs")
         self.optimizer, self.scheduler = make_optimizer(self.model, self.cfg)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         # Where reading a value from the device costs a sync (a GPU), a step's NaN/inf check
@@ -177,7 +182,11 @@ class Trainer:
         out_of_steps = cfg.max_steps and self.step >= cfg.max_steps
         due = (cfg.eval_every and self.step % cfg.eval_every == 0) or (
             cfg.eval_every_minutes and now - self.last_eval >= cfg.eval_every_minutes * 60)
-        due, stop = agree([due, out_of_time or out_of_steps], self.world)
+        due, stop, progress = from_main_numbers(
+            [due, out_of_time or out_of_steps, self.budget_used(len(batches))], self.world)
+        self.scheduler.lr_lambdas[0].progress = progress  # LRSchedule: the budget used ...
+        self.scheduler.step()  # ... sets the learning rate of the next step
+        due, stop = due > 0, stop > 0
         if due or stop:
             stop = agree([self.validate()], self.world)[0] or stop
             self.last_eval = time.perf_counter()
@@ -185,6 +194,19 @@ class Trainer:
         elif cfg.save_every and self.step % cfg.save_every == 0:  # step_N.pt serves when due
             self.save("last.pt")
         return stop
+
+    def budget_used(self, epoch_batches: int) -> float:
+        """The fraction of the training budget used: of max_steps, max_minutes (the last
+        validation's time counted ahead, as the stopping rule does) or max_epochs, whichever is
+        furthest along; 0.0 with no budget."""
+        cfg, used = self.cfg, [0.0]
+        if cfg.max_steps:
+            used.append(self.step / cfg.max_steps)
+        if cfg.max_minutes:
+            used.append((self.elapsed + self.last_eval_seconds) / (cfg.max_minutes * 60))
+        if cfg.max_epochs:
+            used.append((self.epoch - 1 + self.position / max(epoch_batches, 1)) / cfg.max_epochs)
+        return min(max(used), 1.0)
 
     def end_epoch(self) -> bool:
         """Start the next epoch's order; validate and return True when max_epochs are done."""
@@ -234,8 +256,8 @@ class Trainer:
         Returns the step's figures, still on the device, also added to `pending` for `settle`
         to read. A NaN or infinite loss on some rank means no update on any rank. On the CPU
         the step is then not taken at all, and None returned. On a GPU the optimizer skips it
-        on the device and the step counts: the schedule, the EMA and the step number go on, the
-        weights and Adam's moments stay as they were.
+        on the device and the step counts: the EMA and the step number go on (`next_step` steps
+        the schedule), the weights and Adam's moments stay as they were.
         """
         self.model.train()
         tokens = tokens if tokens is not None else sum(b.num_tgt_tokens for b in batches)
@@ -269,7 +291,6 @@ class Trainer:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
         self.step += 1
         if self.ema is not None:
             update_ema(self.ema, self.model, self.cfg.ema_decay, self.step)

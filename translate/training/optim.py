@@ -19,9 +19,40 @@ def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
     return peak * math.sqrt(warmup / step)
 
 
+class LRSchedule:
+    """The learning rate as a fraction of its peak, step by step (torch's LambdaLR calls it).
+
+    Every schedule warms up linearly over `warmup` steps. After that, `inverse_sqrt` decays as
+    sqrt(warmup / step) and never ends; `linear` and `cosine` decay to zero as the training
+    budget runs out, over the part of it left when warm-up ends. The budget's fraction used,
+    `progress`, is set by the trainer: max_steps, max_minutes or max_epochs, whichever is
+    furthest along. So a 60-minute run ends at a small learning rate on any machine, however
+    many steps it makes there. The schedule's state (`progress`, `decay_from`) is saved with
+    the scheduler, so a resumed run goes on where it stood.
+    """
+
+    def __init__(self, kind: str, warmup: int):
+        self.kind, self.warmup = kind, warmup
+        self.progress = 0.0  # the budget's fraction used so far (the trainer sets it)
+        self.decay_from: Optional[float] = None  # ... when warm-up ended
+
+    def __call__(self, step: int) -> float:
+        step = max(step, 1)
+        if self.kind == "inverse_sqrt" or step < self.warmup:
+            return inverse_sqrt_lr(step, 1.0, self.warmup)
+        if self.decay_from is None:
+            self.decay_from = self.progress
+        if self.decay_from >= 1.0:
+            return 0.0
+        done = min(max((self.progress - self.decay_from) / (1.0 - self.decay_from), 0.0), 1.0)
+        if self.kind == "linear":
+            return 1.0 - done
+        return 0.5 * (1.0 + math.cos(math.pi * done))  # cosine
+
+
 def make_optimizer(model: nn.Module, cfg: TrainConfig, fused: Optional[bool] = None
                    ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW at `cfg.lr`, scaled each step by the inverse square root schedule. `fused` (by
+    """AdamW at `cfg.lr`, scaled each step by `LRSchedule(cfg.lr_schedule)`. `fused` (by
     default on a GPU) takes the fused kernel: one launch for every parameter, and a step that
     `step_unless` can skip on the device."""
     if fused is None:
@@ -29,7 +60,7 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, fused: Optional[bool] = N
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=1e-9,
                                   weight_decay=cfg.weight_decay, fused=fused or None)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: inverse_sqrt_lr(s, 1.0, cfg.warmup))
+        optimizer, LRSchedule(cfg.lr_schedule, cfg.warmup))
     return optimizer, scheduler
 
 

@@ -1,0 +1,74 @@
+"""Padding in training batches: how many of a batch's token slots are real, source and target.
+
+    python benchmarks/padding.py --data ../shared/data/multi30k --widths 1,2,3,4 \
+        --json benchmarks/results/padding.json
+
+The recipe's data are prepared as `translate train` prepares them (its tokenizer trained, the
+train split cleaned, encoded and length-filtered), and one epoch's batches are built by
+`translate.data.token_batches`, which orders pairs by target, then source length. A width w > 1
+orders by target length rounded up to a multiple of w, then source length: coarser target
+buckets with sources sorted inside them, the usual trade of target padding for source padding.
+A padded target token costs about twice a source token (decoder layers and the output layer
+against encoder layers), so the figure to watch is the weighted waste printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from translate.config import load_recipe
+from translate.data import token_batches
+from translate.training import prepare_data
+
+RECIPE = Path(__file__).resolve().parents[1] / "recipes/multi30k/transformer.yaml"
+
+
+def padding(src: np.ndarray, tgt: np.ndarray, max_tokens: int, width: int, seed: int) -> dict:
+    """Real/padded token counts of one epoch's batches, ordering targets in buckets of `width`."""
+    ordered_tgt = (tgt + width - 1) // width * width
+    batches = token_batches(src, ordered_tgt, max_tokens, shuffle=True, seed=seed)
+    real = {"src": 0, "tgt": 0}
+    slots = {"src": 0, "tgt": 0}
+    for i in range(len(batches)):
+        idx = batches[i]
+        for side, lengths in (("src", src), ("tgt", tgt)):
+            real[side] += int(lengths[idx].sum())
+            slots[side] += len(idx) * int(lengths[idx].max())
+    src_waste = 1 - real["src"] / slots["src"]
+    tgt_waste = 1 - real["tgt"] / slots["tgt"]
+    return {"width": width, "batches": len(batches), "src_real": real["src"] / slots["src"],
+            "tgt_real": real["tgt"] / slots["tgt"], "weighted_waste": (src_waste + 2 * tgt_waste) / 3}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", required=True, help="local dataset folder (or hub name)")
+    parser.add_argument("--recipe", default=str(RECIPE))
+    parser.add_argument("--widths", default="1,2,3,4", help="target bucket widths to compare")
+    parser.add_argument("--json", help="write the figures here")
+    args = parser.parse_args()
+    recipe = load_recipe(args.recipe, [f"data.dataset={args.data}"])
+    with tempfile.TemporaryDirectory() as run_dir:
+        pairs = prepare_data(recipe, Path(run_dir)).train
+    kept = pairs.indices()  # the pairs the length filter keeps, as training uses them
+    src = pairs.src.lengths[kept].astype(np.int64)
+    tgt = pairs.tgt.lengths[kept].astype(np.int64)
+    rows = [padding(src, tgt, recipe.train.max_tokens, int(w), recipe.train.seed * 1000 + 1)
+            for w in args.widths.split(",")]
+    print(f"{len(pairs)} pairs, batches of {recipe.train.max_tokens} tokens, epoch 1")
+    print("width  batches  source real  target real  weighted waste")
+    for r in rows:
+        print(f"{r['width']:>5}  {r['batches']:>7}  {r['src_real']:>11.1%}  {r['tgt_real']:>11.1%}"
+              f"  {r['weighted_waste']:>14.1%}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"recipe": args.recipe, "pairs": len(pairs),
+                                               "rows": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

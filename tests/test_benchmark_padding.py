@@ -1,0 +1,33 @@
+"""The padding benchmark counts a batch's real and padded token slots as the trainer lays them out."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+
+_spec = importlib.util.spec_from_file_location(
+    "padding", Path(__file__).resolve().parents[1] / "benchmarks" / "padding.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def test_one_batch_counts_real_and_padded_slots():
+    src, tgt = np.array([1, 3, 2]), np.array([2, 2, 4])  # one batch: 3 rows of 3 and of 4 slots
+    row = bench.padding(src, tgt, max_tokens=1000, width=1, seed=0)
+    assert row["batches"] == 1
+    assert math.isclose(row["src_real"], 6 / 9) and math.isclose(row["tgt_real"], 8 / 12)
+    assert math.isclose(row["weighted_waste"], (1 / 3 + 2 * (1 / 3)) / 3)
+
+
+def test_wider_target_buckets_sort_sources_inside_them():
+    # targets 3 and 4 with sources 9 and 1 alternating: exact target order puts both sources
+    # in each two-row batch; buckets of width 2 see one target length and pair like sources
+    src, tgt = np.array([9, 1, 9, 1]), np.array([3, 4, 4, 3])
+    exact = bench.padding(src, tgt, max_tokens=18, width=1, seed=0)
+    wide = bench.padding(src, tgt, max_tokens=18, width=2, seed=0)
+    assert exact["batches"] == wide["batches"] == 2
+    assert math.isclose(exact["src_real"], 20 / 36) and math.isclose(wide["src_real"], 1.0)
+    assert wide["tgt_real"] < exact["tgt_real"] == 1.0
