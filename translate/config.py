@@ -271,7 +271,18 @@ def _build(cls: type, values: dict, where: str):
     checked = {k: _check_type(v, hints[k], f"{where}.{k}") for k, v in values.items()}
     for key, value in checked.items():
         _check_range(key, value, f"{where}.{key}")
-    return cls(**checked)
+    built = cls(**checked)
+    if isinstance(built, TrainConfig):
+        _check_budget(built, where)
+    return built
+
+
+def _check_budget(cfg: TrainConfig, where: str) -> None:
+    """A schedule that decays to zero as the budget runs out needs a budget."""
+    if cfg.lr_schedule != "inverse_sqrt" and not (cfg.max_steps or cfg.max_minutes
+                                                  or cfg.max_epochs):
+        raise ConfigError(f"{where}.lr_schedule: {cfg.lr_schedule} decays to zero as the "
+                          "budget runs out: set train.max_steps, max_minutes or max_epochs")
 
 
 # Sizes and counts that must be at least 1; no number in a recipe may be negative.

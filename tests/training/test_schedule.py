@@ -75,9 +75,9 @@ def test_time_budget_drives_the_decay(recipe_path, small_data, tmp_path):
 
 
 def test_budget_schedule_needs_a_budget(recipe_path, small_data, tmp_path):
-    cfg = load_recipe(recipe_path, [*TINY_OVERRIDES, "train.lr_schedule=linear",
-                                    "train.max_minutes=0", f"data.dataset={small_data}"])
     with pytest.raises(ConfigError, match="set train.max_steps, max_minutes or max_epochs"):
+        cfg = load_recipe(recipe_path, [*TINY_OVERRIDES, "train.lr_schedule=linear",
+                                        "train.max_minutes=0", f"data.dataset={small_data}"])
         train(cfg, tmp_path / "run", device="cpu", progress=False)
     assert not (tmp_path / "run" / "best.pt").exists()
 

@@ -107,10 +107,6 @@ class Trainer:
         # Exponential moving average of the weights: validated, saved and used to translate.
         self.ema = copy.deepcopy(self.model).eval().requires_grad_(False) \
             if self.cfg.ema_decay > 0 else None
-        if self.cfg.lr_schedule != "inverse_sqrt" and not (
-                self.cfg.max_steps or self.cfg.max_minutes or self.cfg.max_epochs):
-            raise ConfigError(f"train.lr_schedule {self.cfg.lr_schedule} decays to zero as the "
-                              "budget runs out: set train.max_steps, max_minutes or max_epochs")
         self.optimizer, self.scheduler = make_optimizer(self.model, self.cfg)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         # Where reading a value from the device costs a sync (a GPU), a step's NaN/inf check
