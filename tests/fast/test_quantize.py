@@ -10,20 +10,27 @@ from click.testing import CliRunner
 from translate.checkpoint import load_checkpoint
 from translate.cli import main
 from translate.data import pad
+from translate.engine import FAST
 from translate.fast import quantize_int8
+from translate.fast.linear import PackedLinear
 from translate.tokens import BOS
 from translate.utils import resolve_precision
+
+
+def real_batch(loaded, small_data) -> tuple[torch.Tensor, torch.Tensor]:
+    """16 test sentences: (B, S) source ids, (B, T) target ids that start with BOS."""
+    rows = [json.loads(line) for line in (small_data / "test_2016_flickr.jsonl").open()][:16]
+    src = pad([torch.tensor(ids) for ids in loaded.tokenizer.encode_src([r["en"] for r in rows])])
+    tgt = pad([torch.tensor([BOS] + ids) for ids in loaded.tokenizer.encode_tgt([r["de"] for r in rows])])
+    return src, tgt
 
 
 @pytest.mark.parametrize("run", ["trained_run", "trained_rnn_run"])
 def test_int8_model_scores_real_references_like_fp32(run, request, small_data):
     loaded = load_checkpoint(request.getfixturevalue(run).run_dir)
-    rows = [json.loads(line) for line in (small_data / "test_2016_flickr.jsonl").open()][:16]
-    src = pad([torch.tensor(ids) for ids in loaded.tokenizer.encode_src([r["en"] for r in rows])])
-    tgt = pad([torch.tensor([BOS] + ids) for ids in loaded.tokenizer.encode_tgt([r["de"] for r in rows])])
+    src, tgt = real_batch(loaded, small_data)
     int8 = quantize_int8(loaded.model)
-    n_int8 = sum(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in int8.modules())
-    assert n_int8 == sum(isinstance(m, torch.nn.Linear) for m in loaded.model.modules())
+    assert not any(type(m) in (torch.nn.Linear, PackedLinear) for m in int8.modules())  # all int8
     real = tgt[:, 1:] != 0
     with torch.no_grad():
         fp32 = loaded.model(src, tgt[:, :-1]).log_softmax(-1)
@@ -35,6 +42,25 @@ def test_int8_model_scores_real_references_like_fp32(run, request, small_data):
     assert float((fp32.argmax(-1) == quantized.argmax(-1))[real].float().mean()) > 0.9
     assert not any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear)
                    for m in loaded.model.modules())  # the original is left as it was
+
+
+def test_fast_engine_runs_the_int8_copy_joined_and_equal(trained_run, small_data):
+    """The fast engine's int8 model makes one matmul of self-attention's Q, K, V (and of
+    cross-attention's K, V) and applies fc1's ReLU inside it; its logits are the plain path's."""
+    loaded = load_checkpoint(trained_run.run_dir)
+    src, tgt = real_batch(loaded, small_data)
+    plain, fast = quantize_int8(loaded.model), FAST.prepare(quantize_int8(loaded.model))
+    layer = fast.decoder_layers[0]
+    assert layer.self_attn.fuse_qkv and layer.cross_attn.fuse_qkv
+    assert isinstance(layer.ffn.fc1, torch.ao.nn.intrinsic.quantized.dynamic.LinearReLU)
+    calls = []
+    layer.self_attn.qkv_int8.register_forward_hook(lambda *_: calls.append("Q, K, V"))
+    layer.cross_attn.kv_int8.register_forward_hook(lambda *_: calls.append("memory K, V"))
+    with torch.no_grad():
+        expected, got = plain(src, tgt[:, :-1]), fast(src, tgt[:, :-1])
+    assert calls == ["Q, K, V", "memory K, V"]
+    # per-row weight scales: a row quantizes the same joined or alone; the input is shared
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_decode_int8_through_the_cli(trained_run, small_data):

@@ -181,7 +181,7 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
         if cross and cache is not None and cache.k is not None:  # the memory's K, V never change
             return (self.q_proj(x), *cache.read())
         if self.fuse_qkv and not cross:
-            qkv = linear(x, [self.q_proj, self.k_proj, self.v_proj], self.packs("_qkv"))
+            qkv = self._joined(x, "qkv_int8", [self.q_proj, self.k_proj, self.v_proj], "_qkv")
             q, kv = qkv[..., :D], qkv[..., D:]  # (B, T, D), (B, T, 2D)
         else:
             q, kv = self.q_proj(x), self._keys_values(x if context is None else context)
@@ -197,12 +197,20 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
     def _keys_values(self, source: torch.Tensor) -> torch.Tensor:
         """(Bc, S, D) -> (Bc, S, 2D): keys, then values."""
         if self.fuse_qkv:
-            return linear(source, [self.k_proj, self.v_proj], self.packs("_kv"))
+            return self._joined(source, "kv_int8", [self.k_proj, self.v_proj], "_kv")
         return torch.cat([self.k_proj(source), self.v_proj(source)], dim=-1)
+
+    def _joined(self, x: torch.Tensor, int8_name: str, layers: list[nn.Linear], packs: str
+                ) -> torch.Tensor:
+        """(..., D) -> the layers' outputs side by side in one matmul: an int8 copy's joined
+        layer (`translate.fast.quantize`) where there is one, else their weights packed."""
+        joined = self._modules.get(int8_name)
+        return joined(x) if joined is not None else linear(x, layers, self.packs(packs))
 
 
 def fuses_projections(attn: nn.Module, fused_qkv: bool) -> bool:
-    """Whether Q, K, V can be computed side by side: asked for, and plain Linear weights (an
-    int8 copy's quantized layers have none)."""
-    return fused_qkv and all(isinstance(getattr(attn, name), nn.Linear)
-                             for name in ("q_proj", "k_proj", "v_proj"))
+    """Whether Q, K, V can be computed side by side: asked for, and plain Linear weights or an
+    int8 copy's joined layer (its quantized Q, K, V layers cannot be joined at each call)."""
+    plain = all(isinstance(getattr(attn, name), nn.Linear) for name in ("q_proj", "k_proj", "v_proj"))
+    joined = "qkv_int8" in attn._modules or "kv_int8" in attn._modules
+    return fused_qkv and (plain or joined)

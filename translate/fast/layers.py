@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.ao.nn.intrinsic.quantized.dynamic import LinearReLU as QuantizedLinearReLU
 
 from translate.fast.attention import MemoryKV, PackedKVCache
 from translate.fast.linear import PackedLinear
@@ -89,11 +90,13 @@ class GroupedAdditiveAttention(AdditiveAttention):
 
 class FusedFeedForward(FeedForward):
     """FeedForward whose activation oneDNN applies as it writes fc1's output (fp32 inference
-    on the CPU); an int8 copy's quantized fc1 applies it after."""
+    on the CPU), as an int8 copy's fc1 does with ReLU."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if isinstance(self.fc1, PackedLinear):
             hidden = self.fc1(x, self.activation)
+        elif isinstance(self.fc1, QuantizedLinearReLU):  # an int8 copy's fc1 applies ReLU itself
+            hidden = self.fc1(x)
         else:
             hidden = ACTIVATIONS[self.activation](self.fc1(x))
         return self.fc2(self.dropout(hidden))  # (B, L, D)

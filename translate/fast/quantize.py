@@ -1,12 +1,37 @@
-"""int8 decoding on the CPU: dynamic quantization of every linear layer."""
+"""int8 decoding on the CPU: dynamic quantization of every linear layer.
+
+Weights get one scale per output row (as CTranslate2 does); activations are quantized per call.
+Where the fast engine computes several projections of one input with one matmul (self-
+attention's Q, K, V; cross-attention's K, V of the memory), the int8 copy holds them as one
+joined layer too, so each step quantizes that input once and makes one int8 matmul of it. With
+ReLU, the first feed-forward layer applies it as it writes its output.
+"""
 
 from __future__ import annotations
 
 import copy
 import warnings
+from typing import Sequence
 
 import torch
 from torch import nn
+from torch.ao.nn.intrinsic import LinearReLU
+
+from translate.models.attention import CROSS, MultiHeadAttention
+from translate.models.transformer import FeedForward
+
+JOINED = {"qkv_int8": ("q_proj", "k_proj", "v_proj"), "kv_int8": ("k_proj", "v_proj")}
+
+
+def joined_linear(layers: Sequence[nn.Linear]) -> nn.Linear:
+    """One linear layer whose output is the layers' outputs side by side."""
+    weight = torch.cat([layer.weight.detach() for layer in layers])  # (sum of out, in)
+    joined = nn.Linear(weight.size(1), weight.size(0), bias=layers[0].bias is not None)
+    with torch.no_grad():
+        joined.weight.copy_(weight)
+        if joined.bias is not None:
+            joined.bias.copy_(torch.cat([layer.bias.detach() for layer in layers]))
+    return joined
 
 
 def quantize_int8(model: nn.Module) -> nn.Module:
@@ -14,12 +39,22 @@ def quantize_int8(model: nn.Module) -> nn.Module:
 
     Dynamic quantization: weights are quantized once, activations per batch on the fly, and the
     matmuls run in int8. Embeddings, LayerNorms and RNN cells stay fp32; the original model is
-    left as it was.
+    left as it was. Attention modules also get their joined projections (`JOINED`), which the
+    fast engine uses and the plain one ignores.
     """
     model = copy.deepcopy(model).cpu().eval()
     for module in model.modules():
         if isinstance(module, nn.Linear) and type(module) is not nn.Linear:
             module.__class__ = nn.Linear  # quantize_dynamic converts exactly nn.Linear
+    for module in list(model.modules()):
+        if isinstance(module, MultiHeadAttention):
+            name = "kv_int8" if module.role == CROSS else "qkv_int8"
+            module.add_module(name, joined_linear([getattr(module, p) for p in JOINED[name]]))
+        if isinstance(module, FeedForward) and module.activation == "relu":
+            module.fc1 = LinearReLU(module.fc1, nn.ReLU())  # ReLU(ReLU(x)) = ReLU(x) for the plain path
+    qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
     with warnings.catch_warnings():  # torch.ao.quantization is deprecated in favour of torchao
         warnings.simplefilter("ignore")
-        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear: qconfig,
+                                                             LinearReLU: qconfig},
+                                                      dtype=torch.qint8)
