@@ -57,7 +57,7 @@ def decoding_model(model: nn.Module, precision: str, device: torch.device, engin
     quantizes a copy of every linear layer and runs it without autocast. The engine is applied
     to the model (in place, unless int8 made a copy).
     """
-    precision = resolve_precision(precision, device)
+    precision = resolve_precision(precision, device, decoding=True)
     if precision == "int8":
         from translate.fast import quantize_int8
 

@@ -93,9 +93,10 @@ def test_tiny_rnn_learns_real_data_and_round_trips(trained_rnn_run, small_data):
     assert loaded.recipe.model.arch == "rnn"
     hyps = (trained_rnn_run.run_dir / "test_2016_flickr.hyp.de").read_text().splitlines()
     src = [json.loads(line)["en"] for line in (small_data / "test_2016_flickr.jsonl").open()]
-    # the run decoded its test split in the precision `auto` picked here (bf16 on a CPU with
-    # AMX, fp32 elsewhere): decode again in that precision, so the strings are comparable
-    precision = resolve_precision(loaded.recipe.train.precision, torch.device("cpu"))
+    # the run decoded its test split in the precision `auto` picks for decoding here (bf16 on
+    # a CPU with AMX or AVX512-BF16, fp32 elsewhere): decode again in it, so strings compare
+    precision = resolve_precision(loaded.recipe.train.precision, torch.device("cpu"),
+                                  decoding=True)
     again = translate_sentences(loaded.model, loaded.tokenizer, src[:20], loaded.recipe.decode,
                                 precision=precision)
     assert again == hyps[:20]

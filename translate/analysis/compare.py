@@ -100,7 +100,8 @@ def _decode(run: Run, src: list[str], refs: list[str], device: torch.device, pro
     """The run's hypotheses and its row of the systems table."""
     recipe, model, tokenizer = run.loaded.recipe, run.loaded.model, run.loaded.tokenizer
     cfg = replace(recipe.decode, beam=beam)  # every system the same beam, whatever its recipe
-    precision = resolve_precision(recipe.train.precision, device)
+    # decoded as the run's own test decode and `translate evaluate` decode it
+    precision = resolve_precision(recipe.train.precision, device, decoding=True)
     log.info("decoding %d sentences with %s", len(src), run.name)
     # warm up untimed, so the first run does not pay for one-time setup in its speed
     translate_sentences(model, tokenizer, src[:WARMUP], cfg, device, precision, engine=engine)

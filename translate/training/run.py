@@ -14,6 +14,7 @@ from translate.checkpoint import CheckpointError, Loaded, check_writable, load_c
 from translate.config import Recipe
 from translate.data import load_split
 from translate.evaluation import evaluate_split
+from translate.inference import decoding_model
 from translate.metrics import MetricsLog
 from translate.run_folder import locked, run_files, run_id, start_run
 from translate.training.checkpoints import resume_point
@@ -127,14 +128,16 @@ def _restore(trainer: Trainer, path: Path, checkpoint: dict) -> None:
 
 def test_scores(best: Loaded, trainer: Trainer, progress: bool) -> dict:
     """Translate each test split with the best checkpoint, write `<split>.hyp.<lang>` into the
-    run folder, log the scores and return them."""
+    run folder, log the scores and return them. The model decodes as `translate evaluate`
+    decodes it (the recipe's precision resolved for decoding), so both give the same scores."""
     recipe, run_dir = trainer.recipe, trainer.run_dir
-    model = trainer.engine.prepare(best.model)
+    model, precision = decoding_model(best.model, recipe.train.precision, trainer.device,
+                                      trainer.engine)
     results = {}
     for split in recipe.data.test_splits:
         src, ref = load_split(recipe.data, split)
         result = evaluate_split(model, best.tokenizer, src, ref, recipe.decode,
-                                recipe.data.tgt_lang, trainer.device, trainer.precision,
+                                recipe.data.tgt_lang, trainer.device, precision,
                                 trainer.engine, progress)
         (run_dir / f"{split}.hyp.{recipe.data.tgt_lang}").write_text(
             "".join(h + "\n" for h in result.hypotheses), encoding="utf-8")
