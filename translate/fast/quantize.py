@@ -1,4 +1,4 @@
-"""int8 decoding on the CPU: dynamic quantization of every linear layer.
+"""int8 decoding on the CPU: dynamic quantization of every linear layer and decoder RNN cell.
 
 Weights get one scale per output row (as CTranslate2 does); activations are quantized per call.
 Where the fast engine computes several projections of one input with one matmul (self-
@@ -38,8 +38,9 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     """A CPU copy of `model` for decoding whose linear layers hold int8 weights.
 
     Dynamic quantization: weights are quantized once, activations per batch on the fly, and the
-    matmuls run in int8. Embeddings, LayerNorms and RNN cells stay fp32; the original model is
-    left as it was. Attention modules also get their joined projections (`JOINED`), which the
+    matmuls run in int8, in the RNN decoder's cell too (the encoder's GRU or LSTM, run once
+    per sentence, stays fp32, as do embeddings and LayerNorms); the original model is left as
+    it was. Attention modules also get their joined projections (`JOINED`), which the
     fast engine uses and the plain one ignores.
     """
     model = copy.deepcopy(model).cpu().eval()
@@ -53,8 +54,9 @@ def quantize_int8(model: nn.Module) -> nn.Module:
         if isinstance(module, FeedForward) and module.activation == "relu":
             module.fc1 = LinearReLU(module.fc1, nn.ReLU())  # ReLU(ReLU(x)) = ReLU(x) for the plain path
     qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+    cells = torch.ao.quantization.default_dynamic_qconfig  # PyTorch's int8 cells: per tensor
     with warnings.catch_warnings():  # torch.ao.quantization is deprecated in favour of torchao
         warnings.simplefilter("ignore")
-        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear: qconfig,
-                                                             LinearReLU: qconfig},
-                                                      dtype=torch.qint8)
+        return torch.ao.quantization.quantize_dynamic(
+            model, {nn.Linear: qconfig, LinearReLU: qconfig, nn.GRUCell: cells,
+                    nn.LSTMCell: cells}, dtype=torch.qint8)
