@@ -4,6 +4,7 @@ file writes."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import platform
@@ -12,7 +13,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Iterator, Optional
 
 import torch
 
@@ -101,14 +102,20 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (Linux's /proc/cpuinfo); empty where they cannot be read."""
+@functools.cache
+def _cpuinfo(field: str) -> Optional[str]:
+    """The first value of `field` in Linux's /proc/cpuinfo; None where there is none."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next((set(line.split(":", 1)[1].split()) for line in f
-                         if line.startswith("flags")), set())
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith(field)),
+                        None)
     except OSError:
-        return set()
+        return None
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags; empty where they cannot be read."""
+    return set((_cpuinfo("flags") or "").split())
 
 
 def cpu_has_amx() -> bool:
@@ -123,12 +130,7 @@ def cpu_has_bf16() -> bool:
 
 def cpu_name() -> str:
     """The CPU's model name, for benchmark reports."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next(line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def resolve_precision(precision: str, device: torch.device, decoding: bool = False) -> str:
@@ -137,8 +139,9 @@ def resolve_precision(precision: str, device: torch.device, decoding: bool = Fal
 
     On a CPU without AMX, bf16 training runs slower than fp32 (benchmarks/train_speed.py): its
     backward pass converts and reduces in ways the chip does not speed up. Decoding is forward
-    matmuls only, and with AVX512-BF16 bf16 autocast decoded 7-9% faster than fp32 on an AMD
-    EPYC, with BLEU within 0.11 (benchmarks/decode.py).
+    matmuls only: with AVX512-BF16 (an AMD EPYC) bf16 autocast decoded 1.07-1.15x as fast as
+    fp32 with the Transformer and 1.27-1.40x with the RNN, dev BLEU within 0.15
+    (benchmarks/decode.py, docs/results.md).
     """
     if precision == "auto":
         if device.type == "cuda":

@@ -21,7 +21,8 @@ def real_batch(loaded, small_data) -> tuple[torch.Tensor, torch.Tensor]:
     """16 test sentences: (B, S) source ids, (B, T) target ids that start with BOS."""
     rows = [json.loads(line) for line in (small_data / "test_2016_flickr.jsonl").open()][:16]
     src = pad([torch.tensor(ids) for ids in loaded.tokenizer.encode_src([r["en"] for r in rows])])
-    tgt = pad([torch.tensor([BOS] + ids) for ids in loaded.tokenizer.encode_tgt([r["de"] for r in rows])])
+    tgt = pad([torch.tensor([BOS] + ids)
+               for ids in loaded.tokenizer.encode_tgt([r["de"] for r in rows])])
     return src, tgt
 
 

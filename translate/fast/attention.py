@@ -211,6 +211,7 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
 def fuses_projections(attn: nn.Module, fused_qkv: bool) -> bool:
     """Whether Q, K, V can be computed side by side: asked for, and plain Linear weights or an
     int8 copy's joined layer (its quantized Q, K, V layers cannot be joined at each call)."""
-    plain = all(isinstance(getattr(attn, name), nn.Linear) for name in ("q_proj", "k_proj", "v_proj"))
+    plain = all(isinstance(getattr(attn, name), nn.Linear)
+                for name in ("q_proj", "k_proj", "v_proj"))
     joined = "qkv_int8" in attn._modules or "kv_int8" in attn._modules
     return fused_qkv and (plain or joined)

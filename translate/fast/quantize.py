@@ -52,7 +52,8 @@ def quantize_int8(model: nn.Module) -> nn.Module:
             name = "kv_int8" if module.role == CROSS else "qkv_int8"
             module.add_module(name, joined_linear([getattr(module, p) for p in JOINED[name]]))
         if isinstance(module, FeedForward) and module.activation == "relu":
-            module.fc1 = LinearReLU(module.fc1, nn.ReLU())  # ReLU(ReLU(x)) = ReLU(x) for the plain path
+            # the plain path applies ReLU again: ReLU(ReLU(x)) = ReLU(x)
+            module.fc1 = LinearReLU(module.fc1, nn.ReLU())
     qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
     cells = torch.ao.quantization.default_dynamic_qconfig  # PyTorch's int8 cells: per tensor
     with warnings.catch_warnings():  # torch.ao.quantization is deprecated in favour of torchao
