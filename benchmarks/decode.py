@@ -30,6 +30,11 @@ What the peers cannot match exactly:
     logprob / len ** alpha. Both get alpha = 0.6; the BLEU columns show what that changes.
   - Length limit: ours is 1.5 * |src| + 10 tokens per sentence (|src| with EOS, capped at the
     model's positions); HF and CT2 take one limit per batch, that of its longest source.
+  - When a sentence's beam search stops: ours once no live hypothesis, ended at the next step,
+    would outscore the best finished one (`decode.early_exit`, the default); CT2 once the best
+    candidate of a step ends (its default early exit); HF once 5 hypotheses have ended
+    (`early_stopping=True`, the soonest it offers). `--no-early-exit` measures ours searching
+    on until none could win at any length (the outputs of searching on to 5 ended).
 
 `transformers` and `ctranslate2` are not project dependencies: a peer not installed is skipped.
 """
@@ -193,11 +198,12 @@ def build_systems(loaded: Loaded, cfg: DecodeConfig, threads: int, ct2_dir: Path
     return systems
 
 
-def serve(family: str, checkpoint: Path, ct2_dir: Path, threads: int, conn) -> None:
+def serve(family: str, checkpoint: Path, ct2_dir: Path, threads: int, early_exit: bool,
+          conn) -> None:
     """A worker process holding one family's systems: it answers (name, beam, sentences) with
     (seconds, translations) until it receives None."""
     torch.set_num_threads(threads)
-    cfg = DecodeConfig(lenpen=LENPEN, batch_size=BATCH, max_tokens=10 ** 9)
+    cfg = DecodeConfig(lenpen=LENPEN, batch_size=BATCH, max_tokens=10 ** 9, early_exit=early_exit)
     systems = build_systems(load_checkpoint(checkpoint), cfg, threads, ct2_dir, [family])
     conn.send(list(systems))
     while (job := conn.recv()) is not None:
@@ -208,8 +214,8 @@ def serve(family: str, checkpoint: Path, ct2_dir: Path, threads: int, conn) -> N
 
 
 def time_rounds(checkpoint: Path, ct2_dir: Path, threads: int, src: list[str],
-                batches: list[list[int]], rounds: int, families: Sequence[str] = FAMILIES
-                ) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
+                batches: list[list[int]], rounds: int, families: Sequence[str] = FAMILIES,
+                early_exit: bool = True) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
     """Seconds per round and first-round outputs, keyed "system mode".
 
     Systems take turns batch by batch: every system decodes batch b (the order rotating)
@@ -227,8 +233,8 @@ def time_rounds(checkpoint: Path, ct2_dir: Path, threads: int, src: list[str],
     workers = {}
     for family in families:
         conn, child = ctx.Pipe()
-        process = ctx.Process(target=serve, args=(family, checkpoint, ct2_dir, threads, child),
-                              daemon=True)
+        process = ctx.Process(target=serve, daemon=True,
+                              args=(family, checkpoint, ct2_dir, threads, early_exit, child))
         process.start()
         workers[family] = (process, conn, conn.recv())  # the names of its systems
 
@@ -271,13 +277,16 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--check", type=int, default=30, help="sentences for the greedy equality check")
     ap.add_argument("--json", type=Path, default=Path("benchmarks/results/decode.json"))
+    ap.add_argument("--no-early-exit", dest="early_exit", action="store_false",
+                    help="ours searches on until no live hypothesis could win at any length")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     loaded = load_checkpoint(args.checkpoint)
     src, ref = load_split(replace(loaded.recipe.data, dataset=args.data), args.split)
     if args.limit:
         src, ref = src[: args.limit], ref[: args.limit]
-    cfg = DecodeConfig(lenpen=LENPEN, batch_size=BATCH, max_tokens=10 ** 9)
+    cfg = DecodeConfig(lenpen=LENPEN, batch_size=BATCH, max_tokens=10 ** 9,
+                       early_exit=args.early_exit)
     with tempfile.TemporaryDirectory() as tmp:
         ct2_dir = Path(tmp) / "ct2"
         families = FAMILIES if isinstance(loaded.model, Transformer) else ("ours",)
@@ -291,7 +300,7 @@ def main() -> None:
         lengths = [len(ids) for ids in loaded.tokenizer.encode_src(src)]
         batches = length_batches(lengths, cfg.max_tokens, BATCH)  # as every system cuts them
         seconds, outputs = time_rounds(args.checkpoint, ct2_dir, args.threads, src, batches,
-                                       args.rounds, families)
+                                       args.rounds, families, args.early_exit)
 
     rate = {k: len(src) / statistics.median(v) for k, v in seconds.items()}
     bleu = {k: score(out, ref).bleu for k, out in outputs.items()}
@@ -301,7 +310,8 @@ def main() -> None:
     machine.update({m: sys.modules[m].__version__ for m in ("transformers", "ctranslate2")
                     if m in sys.modules})
     result = {"command": " ".join(sys.argv), "split": args.split, "sentences": len(src),
-              "batch_sentences": BATCH, "lenpen": LENPEN, "rounds": args.rounds,
+              "batch_sentences": BATCH, "lenpen": LENPEN, "early_exit": args.early_exit,
+              "rounds": args.rounds,
               "machine": machine, "checks": checks, "systems": {}, "ratios": {}}
     print(f"\n{'system':12s} {'greedy sent/s':>14s} {'beam5 sent/s':>13s} "
           f"{'BLEU greedy':>12s} {'BLEU beam5':>11s}")
@@ -312,16 +322,17 @@ def main() -> None:
         print(f"{name:12s} {rate[f'{name} greedy']:14.1f} {rate[f'{name} beam5']:13.1f} "
               f"{bleu[f'{name} greedy']:12.2f} {bleu[f'{name} beam5']:11.2f}")
     print()
-    for peer in ("hf pegasus", "ct2 float32"):
+    for ours, peer in (("ours fp32", "hf pegasus"), ("ours fp32", "ct2 float32"),
+                       ("ours int8", "ct2 int8")):
         for mode in MODES if peer in names else ():
-            ratio = rate[f"ours fp32 {mode}"] / rate[f"{peer} {mode}"]
+            ratio = rate[f"{ours} {mode}"] / rate[f"{peer} {mode}"]
             # the same round's pair: machine drift between rounds cancels out
-            paired = [theirs / ours for ours, theirs in zip(seconds[f"ours fp32 {mode}"],
+            paired = [theirs / mine for mine, theirs in zip(seconds[f"{ours} {mode}"],
                                                             seconds[f"{peer} {mode}"])]
-            result["ratios"][f"ours fp32 / {peer} {mode}"] = ratio
-            result["ratios"][f"ours fp32 / {peer} {mode}, per round"] = paired
+            result["ratios"][f"{ours} / {peer} {mode}"] = ratio
+            result["ratios"][f"{ours} / {peer} {mode}, per round"] = paired
             rounds = ", ".join(f"{r:.2f}" for r in paired)
-            print(f"ours fp32 / {peer} {mode}: {ratio:.2f}x the sentences/s (per round: {rounds}; "
+            print(f"{ours} / {peer} {mode}: {ratio:.2f}x the sentences/s (per round: {rounds}; "
                   f"median {statistics.median(paired):.2f})")
     for mode in MODES:  # what precision `auto` should decode in on this CPU
         paired = [fp32 / bf16 for fp32, bf16 in zip(seconds[f"ours fp32 {mode}"],

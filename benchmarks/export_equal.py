@@ -4,8 +4,8 @@
         --split test_2016_flickr --json benchmarks/results/export_equal.json
 
 The run's checkpoint is exported (`translate export --format ctranslate2`, float32) into a
-temporary folder and decoded with `translate.export.ct2.decode`; ours is `translate decode` in
-fp32 with the default engine. Differing lines are printed with both outputs.
+temporary folder and decoded with `translate.export.ct2.decode`; ours is `translate decode
+--no-early-exit` in fp32 with the default engine. Differing lines are printed with both outputs.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def main() -> None:
         export(args.run, "ctranslate2", out)
         translator = ctranslate2.Translator(str(out), "cpu", intra_threads=args.threads)
         for name, beam in (("greedy", 1), ("beam5", 5)):
-            cfg = replace(loaded.recipe.decode, beam=beam)
+            cfg = replace(loaded.recipe.decode, beam=beam, early_exit=False)  # as CT2 can
             ours = translate_sentences(model, loaded.tokenizer, src, cfg, "cpu", precision,
                                        engine=engine)
             theirs = decode(translator, loaded.tokenizer, src, cfg, loaded.model.cfg.max_positions)

@@ -56,6 +56,37 @@ def test_evaluate_files_and_checkpoint(runner, trained_run, small_data, tmp_path
     assert json.loads(result.stdout)["test_2016_flickr"]["sentences"] == 100
 
 
+def test_decode_and_evaluate_take_the_early_exit_switch(runner, trained_run, small_data,
+                                                        tmp_path):
+    from dataclasses import replace
+
+    from translate.checkpoint import load_checkpoint
+    from translate.inference import translate_sentences
+    from translate.scoring import score
+
+    loaded = load_checkpoint(trained_run.best_checkpoint)
+    pairs = [json.loads(line) for line in (small_data / "validation.jsonl").open()]
+    lines, refs = [p["en"] for p in pairs], [p["de"] for p in pairs]
+    src = tmp_path / "dev.en"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg = replace(loaded.recipe.decode, beam=4)
+    assert cfg.early_exit  # the default
+    plain = ["--beam", "4", "--precision", "fp32", "--engine", "plain"]
+    for switch, early_exit in [("--early-exit", True), ("--no-early-exit", False)]:
+        expected = translate_sentences(loaded.model, loaded.tokenizer, lines,
+                                       replace(cfg, early_exit=early_exit))
+        out = tmp_path / f"out{switch}.de"
+        result = runner.invoke(main, ["decode", str(trained_run.best_checkpoint), "-i", str(src),
+                                      "-o", str(out), switch, *plain])
+        assert result.exit_code == 0, result.output
+        assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
+        result = runner.invoke(main, ["evaluate", str(trained_run.best_checkpoint), "--split",
+                                      "dev", "--data", str(small_data), switch, *plain, "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["dev"]["bleu"] == pytest.approx(
+            score(expected, refs, "de").bleu)
+
+
 @pytest.mark.parametrize("args, message", [
     (["decode", "missing.pt"], "checkpoint not found: missing.pt"),
     (["evaluate"], "give a CHECKPOINT, or --hyp and --ref"),

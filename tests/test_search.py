@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from translate.config import DecodeConfig
+from translate.data import pad
 from translate.inference import decode_sentences, translate_sentences
 from translate.models import RNNConfig, TransformerConfig, build_model
 from translate.search import beam_search, greedy_search, length_penalty, top_candidates
@@ -179,6 +180,62 @@ def test_beam_keeps_input_order_and_scores_at_least_greedy(trained_run, small_da
                               with_scores=True)
     assert sum(b[0].logprob for b in beam) > sum(g[0].logprob for g in greedy)
     assert sum(b[0].logprob > g[0].logprob + 1e-4 for b, g in zip(beam, greedy)) > 0
+
+
+class Counted(torch.nn.Module):
+    """A model's search interface that counts the decoder rows it runs."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.rows = model, 0
+
+    def encode(self, src):
+        return self.model.encode(src)
+
+    def init_state(self, memory):
+        return self.model.init_state(memory)
+
+    def decode(self, tgt_in, state):
+        self.rows += tgt_in.size(0)
+        return self.model.decode(tgt_in, state)
+
+
+def k_finished_only(beams, step, limits, nbest, lenpen, early_exit):
+    """The plain stopping rule: K finished hypotheses or the length limit, nothing sooner."""
+    return [len(beams.finished[s]) >= beams.width or limits[s] < step for s in beams.sentence]
+
+
+@pytest.mark.parametrize("nbest", [1, 3])
+def test_search_stops_sooner_and_without_early_exit_returns_what_k_finished_does(
+        trained_run, small_data, monkeypatch, nbest):
+    from translate import search
+    from translate.checkpoint import load_checkpoint
+    from translate.search import output_limits
+
+    loaded = load_checkpoint(trained_run.run_dir)
+    lines = [json.loads(line)["en"] for line in (small_data / "validation.jsonl").open()][:48]
+    src = pad([torch.tensor(ids) for ids in loaded.tokenizer.encode_src(lines)])
+    limits = output_limits(src, 1.5, 10, 200)
+    runs = {}
+    for name, rule, early_exit in [("k finished", k_finished_only, False),
+                                   ("exact", search._done, False), ("early", search._done, True)]:
+        monkeypatch.setattr(search, "_done", rule)
+        model = Counted(loaded.model)
+        runs[name] = (beam_search(model, src, 4, limits, 0.6, nbest, early_exit=early_exit),
+                      model.rows)
+    (full, full_rows), (exact, exact_rows), (early, early_rows) = runs.values()
+    # the exact bound stops sentences sooner and returns the same hypotheses
+    assert exact_rows < full_rows
+    assert [[(h.tokens, h.score) for h in hs] for hs in exact] == [
+        [(h.tokens, h.score) for h in hs] for hs in full]
+    # early exit stops sooner still: its hypotheses were found by the longer search too, so
+    # none scores above it, and most sentences get the same ones
+    assert early_rows < exact_rows
+    assert all(len(hs) == nbest for hs in early)
+    for e, f in zip(early, full):
+        assert e[0].score <= f[0].score + 1e-6
+    same = sum([h.tokens for h in e] == [h.tokens for h in f] for e, f in zip(early, full))
+    assert same >= 0.8 * len(full)
 
 
 def test_overlong_line_is_truncated_with_a_warning(trained_run, caplog):

@@ -50,6 +50,12 @@ precision_option = click.option(
     "CPUs with AMX or AVX512-BF16, else fp32; int8 quantizes the linear layers, CPU only.")
 beam_option = click.option("--beam", type=click.IntRange(min=1), default=None,
                            help="Beam size; 1 = greedy (default: the recipe's decode.beam, 5).")
+early_exit_option = click.option(
+    "--early-exit/--no-early-exit", default=None,
+    help="Beam search: stop a sentence once no live hypothesis, ended at the next step, would "
+    "outscore the finished ones; --no-early-exit: once none could at any length, which gives "
+    "what searching on to beam-size finished hypotheses would (default: the recipe's "
+    "decode.early_exit, on).")
 engine_option = click.option(
     "--engine", type=click.Choice(["auto", "fast", "plain"]), default="auto", show_default=True,
     help="fast: the CPU speed work (translate.fast); plain: the textbook model as written, to "
@@ -195,6 +201,7 @@ def _resume_recipe(run_dir: str, overrides: tuple, data_path: str | None):
               help="Hypotheses per sentence (<= beam), written as 'i ||| text ||| score logprob'.")
 @click.option("--lenpen", type=float, default=None,
               help="Length penalty alpha, ((5 + len) / 6) ** alpha (default: the recipe's).")
+@early_exit_option
 @click.option("--scores", is_flag=True,
               help="Write 'text<TAB>score<TAB>logprob': score = logprob / length penalty.")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=None,
@@ -208,8 +215,8 @@ def _resume_recipe(run_dir: str, overrides: tuple, data_path: str | None):
 @device_option
 @precision_option
 @engine_option
-def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max_tokens,
-           batch_size, chunk, interactive, device, precision, engine):
+def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, early_exit, scores,
+           max_tokens, batch_size, chunk, interactive, device, precision, engine):
     """Translate raw sentences with a CHECKPOINT (a .pt file or a run folder).
 
     At a terminal (no -i, stdin not redirected) it is interactive: each line is translated as
@@ -229,7 +236,7 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max
         loaded = load_checkpoint(checkpoint, dev)
         engine = resolve_engine(engine, dev)
         cfg = decode_options(loaded.recipe.decode, beam=beam, lenpen=lenpen,
-                             max_tokens=max_tokens, batch_size=batch_size)
+                             early_exit=early_exit, max_tokens=max_tokens, batch_size=batch_size)
         if nbest > cfg.beam:
             raise click.UsageError(f"--nbest ({nbest}) cannot exceed the beam size ({cfg.beam})")
         model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
@@ -261,12 +268,13 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, scores, max
 @click.option("--lang", default=None, help="Target language for legacy tokenization (default de).")
 @beam_option
 @click.option("--lenpen", type=float, default=None, help="Length penalty alpha for beam search.")
+@early_exit_option
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @device_option
 @precision_option
 @engine_option
-def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_json, device,
-             precision, engine):
+def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, early_exit, as_json,
+             device, precision, engine):
     """Score a CHECKPOINT on named splits, or score --hyp against --ref."""
     from dataclasses import asdict
 
@@ -286,7 +294,8 @@ def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, as_jso
             results = {Path(hyp).name: score(hyps, refs, lang or "de")}
         elif checkpoint:
             results = score_checkpoint(checkpoint, splits, data_path, device, beam, lenpen,
-                                       precision, engine, progress=sys.stderr.isatty())
+                                       precision, engine, progress=sys.stderr.isatty(),
+                                       early_exit=early_exit)
         else:
             raise click.UsageError("give a CHECKPOINT, or --hyp and --ref")
     except USER_ERRORS as e:

@@ -110,6 +110,7 @@ class TrainConfig:
 class DecodeConfig:
     beam: int = 5  # 1: greedy
     lenpen: float = 0.6  # GNMT length penalty alpha for beam search; 0: rank by log-probability
+    early_exit: bool = True  # beam search: stop once no live hypothesis ended now would win
     max_len_a: float = 1.5  # output limit a * source length + b
     max_len_b: int = 10
     max_tokens: int = 8000  # source tokens per decoding batch

@@ -45,7 +45,8 @@ def evaluate_split(model: nn.Module, tokenizer: Tokenizer, sources: Sequence[str
 def score_checkpoint(checkpoint: str, splits: Sequence[str] = (), data_path: str | None = None,
                      device: str | None = None, beam: int | None = None,
                      lenpen: float | None = None, precision: str | None = None,
-                     engine: str = "auto", progress: bool = False) -> dict[str, Scores]:
+                     engine: str = "auto", progress: bool = False,
+                     early_exit: bool | None = None) -> dict[str, Scores]:
     """`translate evaluate CHECKPOINT`: the checkpoint's scores on `splits` (default: its
     recipe's test splits), read from `data_path` instead of the recipe's dataset if given.
     Unset decoding options come from the recipe."""
@@ -68,7 +69,8 @@ def score_checkpoint(checkpoint: str, splits: Sequence[str] = (), data_path: str
         os.environ.pop("TRANSLATE_DATA", None)
     model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
                                       dev, resolved)
-    decode_cfg = decode_options(loaded.recipe.decode, beam=beam, lenpen=lenpen)
+    decode_cfg = decode_options(loaded.recipe.decode, beam=beam, lenpen=lenpen,
+                                early_exit=early_exit)
     results = {}
     for split in splits or data_cfg.test_splits:
         src, ref = load_split(data_cfg, split)

@@ -102,7 +102,7 @@ def decode_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence
         with autocast(device, precision):
             if use_beam:
                 found = beam_search(model, src, max(cfg.beam, nbest), limits, cfg.lenpen, nbest,
-                                    engine.candidates)
+                                    engine.candidates, cfg.early_exit)
             else:
                 found = [[Hypothesis(ids, 0.0, 0.0)] for ids in greedy_search(model, src, limits)]
         texts = iter(tokenizer.decode_tgt([h.tokens for hyps in found for h in hyps]))

@@ -14,8 +14,10 @@ Where CTranslate2's search is not ours, and what `decode` asks of `translate_bat
     grouped by their limit, one call per group: the limit for greedy search, the limit + 1 for
     beam search, whose step past the limit ends every beam.
   - Length penalty: ours is GNMT's, logprob / ((5 + len) / 6) ** alpha (len with EOS); CT2's
-    is logprob / len ** alpha, and at alpha = 0 it stops a sentence once its best beam ends,
-    while ours goes on to `beam` finished hypotheses. `decode` runs CT2 at alpha = TINY, which
+    is logprob / len ** alpha, and at alpha = 0 it stops a sentence once its best beam ends.
+    Ours stops once no live hypothesis could win (`decode.early_exit`: at the next step; off:
+    at any length), which CT2 cannot ask for; it can search on to `beam` finished hypotheses,
+    whose best is what ours finds with early exit off. `decode` runs CT2 at alpha = TINY, which
     keeps CT2's search ours (2 * beam candidates a step, those ending among the best `beam`
     finished, the rest going on, `beam` finished hypotheses per sentence) and its scores
     log-probabilities; it asks for all `beam` hypotheses, with their EOS, and picks by GNMT.
@@ -136,8 +138,9 @@ def to_ctranslate2(model: nn.Module, src_vocab: list[str], tgt_vocab: list[str],
 
 def decode(translator, tokenizer: Tokenizer, sentences: Sequence[str], cfg: DecodeConfig,
            max_positions: int) -> list[str]:
-    """Translate with a `ctranslate2.Translator` of an export as `translate decode` would:
-    beam `cfg.beam`, length penalty `cfg.lenpen`, limits from `cfg` (see the module docstring).
+    """Translate with a `ctranslate2.Translator` of an export as `translate decode
+    --no-early-exit` would: beam `cfg.beam`, length penalty `cfg.lenpen`, limits from `cfg` (see
+    the module docstring; `cfg.early_exit` is not CT2's to follow).
 
     Args:
         max_positions: the model's positions (`model.max_positions`), which cap the limits.
