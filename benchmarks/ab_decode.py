@@ -15,6 +15,7 @@ and how many outputs are identical. A revision with engines (`translate.engine`)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import importlib
 import importlib.util
@@ -63,7 +64,15 @@ def decoder(name: str, checkpoint: str, precision: str, engine: str):
         extra = {}
     translate = functools.partial(inference.translate_sentences, model, loaded.tokenizer,
                                   device="cpu", precision=precision, **extra)
-    return (lambda sentences, cfg: translate(sentences, cfg)), loaded
+    own = importlib.import_module(f"{name}.config").DecodeConfig
+    known = {f.name for f in dataclasses.fields(own)}
+
+    def run(sentences, cfg):
+        """`cfg` as this revision's own DecodeConfig: the settings it knows, its defaults for
+        the rest."""
+        return translate(sentences, own(**{k: v for k, v in dataclasses.asdict(cfg).items()
+                                           if k in known}))
+    return run, loaded
 
 
 def main() -> None:
