@@ -198,12 +198,11 @@ def build_systems(loaded: Loaded, cfg: DecodeConfig, threads: int, ct2_dir: Path
     return systems
 
 
-def serve(family: str, checkpoint: Path, ct2_dir: Path, threads: int, early_exit: bool,
+def serve(family: str, checkpoint: Path, ct2_dir: Path, threads: int, cfg: DecodeConfig,
           conn) -> None:
     """A worker process holding one family's systems: it answers (name, beam, sentences) with
     (seconds, translations) until it receives None."""
     torch.set_num_threads(threads)
-    cfg = DecodeConfig(lenpen=LENPEN, batch_size=BATCH, max_tokens=10 ** 9, early_exit=early_exit)
     systems = build_systems(load_checkpoint(checkpoint), cfg, threads, ct2_dir, [family])
     conn.send(list(systems))
     while (job := conn.recv()) is not None:
@@ -214,8 +213,9 @@ def serve(family: str, checkpoint: Path, ct2_dir: Path, threads: int, early_exit
 
 
 def time_rounds(checkpoint: Path, ct2_dir: Path, threads: int, src: list[str],
-                batches: list[list[int]], rounds: int, families: Sequence[str] = FAMILIES,
-                early_exit: bool = True) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
+                batches: list[list[int]], rounds: int, cfg: DecodeConfig,
+                families: Sequence[str] = FAMILIES
+                ) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
     """Seconds per round and first-round outputs, keyed "system mode".
 
     Systems take turns batch by batch: every system decodes batch b (the order rotating)
@@ -234,7 +234,7 @@ def time_rounds(checkpoint: Path, ct2_dir: Path, threads: int, src: list[str],
     for family in families:
         conn, child = ctx.Pipe()
         process = ctx.Process(target=serve, daemon=True,
-                              args=(family, checkpoint, ct2_dir, threads, early_exit, child))
+                              args=(family, checkpoint, ct2_dir, threads, cfg, child))
         process.start()
         workers[family] = (process, conn, conn.recv())  # the names of its systems
 
@@ -300,7 +300,7 @@ def main() -> None:
         lengths = [len(ids) for ids in loaded.tokenizer.encode_src(src)]
         batches = length_batches(lengths, cfg.max_tokens, BATCH)  # as every system cuts them
         seconds, outputs = time_rounds(args.checkpoint, ct2_dir, args.threads, src, batches,
-                                       args.rounds, families, args.early_exit)
+                                       args.rounds, cfg, families)
 
     rate = {k: len(src) / statistics.median(v) for k, v in seconds.items()}
     bleu = {k: score(out, ref).bleu for k, out in outputs.items()}

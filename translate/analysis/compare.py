@@ -25,11 +25,11 @@ from translate.checkpoint import CheckpointError, Loaded, load_checkpoint
 from translate.data import load_split, resolve_dataset
 from translate.engine import Engine, resolve_engine
 from translate.evaluation import evaluate_split
-from translate.inference import translate_sentences
+from translate.inference import decoding_model, translate_sentences
 from translate.models import count_parameters
 from translate.models.attention import DECODER_SELF, ENCODER_SELF
 from translate.scoring import bleu_by_length, paired_bootstrap
-from translate.utils import pick_device, resolve_precision
+from translate.utils import pick_device
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +98,10 @@ def _unique_names(run_dirs: Sequence[str | Path]) -> list[str]:
 def _decode(run: Run, src: list[str], refs: list[str], device: torch.device, progress: bool,
             engine: Engine, beam: int) -> tuple[list[str], dict]:
     """The run's hypotheses and its row of the systems table."""
-    recipe, model, tokenizer = run.loaded.recipe, run.loaded.model, run.loaded.tokenizer
+    recipe, tokenizer = run.loaded.recipe, run.loaded.tokenizer
     cfg = replace(recipe.decode, beam=beam)  # every system the same beam, whatever its recipe
     # decoded as the run's own test decode and `translate evaluate` decode it
-    precision = resolve_precision(recipe.train.precision, device, decoding=True)
+    model, precision = decoding_model(run.loaded.model, recipe.train.precision, device, engine)
     log.info("decoding %d sentences with %s", len(src), run.name)
     # warm up untimed, so the first run does not pay for one-time setup in its speed
     translate_sentences(model, tokenizer, src[:WARMUP], cfg, device, precision, engine=engine)
@@ -135,8 +135,6 @@ def compare(run_dirs: Sequence[str | Path], split: str, output: str | Path,
     dev = pick_device(device)
     runs = [open_run(d, n, dev) for d, n in zip(run_dirs, _unique_names(run_dirs))]
     decoder = resolve_engine(engine, dev)
-    for run in runs:
-        decoder.prepare(run.loaded.model)
     data_cfg = runs[0].loaded.recipe.data
     for run in runs[1:]:
         other = run.loaded.recipe.data

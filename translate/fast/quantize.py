@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.ao.nn.intrinsic import LinearReLU
 
+from translate.fast.linear import PackedWeights
 from translate.models.attention import CROSS, MultiHeadAttention
 from translate.models.transformer import FeedForward
 
@@ -25,12 +26,12 @@ JOINED = {"qkv_int8": ("q_proj", "k_proj", "v_proj"), "kv_int8": ("k_proj", "v_p
 
 def joined_linear(layers: Sequence[nn.Linear]) -> nn.Linear:
     """One linear layer whose output is the layers' outputs side by side."""
-    weight = torch.cat([layer.weight.detach() for layer in layers])  # (sum of out, in)
-    joined = nn.Linear(weight.size(1), weight.size(0), bias=layers[0].bias is not None)
+    weight, bias = PackedWeights().get(layers, pack=False)  # (sum of out, in), (sum of out,)
+    joined = nn.Linear(weight.size(1), weight.size(0), bias=bias is not None)
     with torch.no_grad():
         joined.weight.copy_(weight)
-        if joined.bias is not None:
-            joined.bias.copy_(torch.cat([layer.bias.detach() for layer in layers]))
+        if bias is not None:
+            joined.bias.copy_(bias)
     return joined
 
 
