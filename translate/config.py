@@ -63,6 +63,12 @@ class TokenizerConfig:
     joint: bool = True  # one vocabulary for both languages (allows tying all embeddings)
     max_sentences: int = 2_000_000  # sentences sampled to train SentencePiece
     model: Optional[str] = None  # an existing SentencePiece .model to use (joint), not trained
+    # Subword regularization: each time a training pair is batched, it is segmented afresh by
+    # sampling (dev and test text keep the one best segmentation). None: off. Unigram: the
+    # sampling distribution's smoothing (smaller: more varied; 0.1-0.5 is usual); BPE: the
+    # probability of dropping each merge (BPE-dropout; 0.1 is usual).
+    sampling_alpha: Optional[float] = None
+    sampling_nbest: int = 0  # unigram: draw from the N best segmentations; 0: from all of them
 
 
 @dataclass(frozen=True)
@@ -275,6 +281,8 @@ def _build(cls: type, values: dict, where: str):
     built = cls(**checked)
     if isinstance(built, TrainConfig):
         _check_budget(built, where)
+    if isinstance(built, TokenizerConfig):
+        _check_sampling(built, where)
     return built
 
 
@@ -284,6 +292,24 @@ def _check_budget(cfg: TrainConfig, where: str) -> None:
                                                   or cfg.max_epochs):
         raise ConfigError(f"{where}.lr_schedule: {cfg.lr_schedule} decays to zero as the "
                           "budget runs out: set train.max_steps, max_minutes or max_epochs")
+
+
+def _check_sampling(cfg: TokenizerConfig, where: str) -> None:
+    """Subword sampling exists for unigram and BPE models, each with its own meaning of alpha."""
+    if cfg.sampling_alpha is None:
+        return
+    if cfg.model_type not in ("unigram", "bpe"):
+        raise ConfigError(f"{where}.sampling_alpha: {cfg.model_type} models have one "
+                          "segmentation only; sampling needs a unigram or bpe model")
+    if cfg.model_type == "bpe" and cfg.sampling_alpha >= 1:
+        raise ConfigError(f"{where}.sampling_alpha: for a bpe model it is the probability of "
+                          f"dropping a merge, in [0, 1), got {cfg.sampling_alpha!r}")
+    if cfg.model_type == "bpe" and cfg.sampling_nbest:
+        raise ConfigError(f"{where}.sampling_nbest: only unigram models draw from an n-best "
+                          "list; leave it 0 for bpe")
+    if cfg.sampling_nbest == 1:
+        raise ConfigError(f"{where}.sampling_nbest: 1 draws the one best segmentation every "
+                          "time; give 0 (all segmentations) or 2 and more")
 
 
 # Sizes and counts that must be at least 1; no number in a recipe may be negative.
@@ -300,7 +326,8 @@ AT_MOST = {"d_model": 65_536, "ffn_dim": 1 << 20, "heads": 1024, "encoder_layers
            "decoder_hidden": 65_536, "attn_dim": 65_536, "max_positions": 1 << 20,
            "vocab_size": 1_000_000, "max_tokens": 1 << 24, "accum_steps": 1 << 16,
            "beam": 1024, "valid_beam": 1024, "max_len": 1 << 20, "max_len_a": 100.0,
-           "max_len_b": 1 << 20, "character_coverage": 1.0, "threads": 4096, "num_proc": 4096}
+           "max_len_b": 1 << 20, "character_coverage": 1.0, "threads": 4096, "num_proc": 4096,
+           "sampling_nbest": 1024}
 
 
 # Words with a fixed set of values.

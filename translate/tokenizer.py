@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
 import sentencepiece as spm
 
 from translate.config import TokenizerConfig
@@ -110,3 +111,39 @@ class Tokenizer:
         for path, data in paths.items():
             path.write_bytes(data)
         return list(paths)
+
+
+class SubwordSampler:
+    """Subword regularization (Kudo, 2018; for BPE models BPE-dropout, Provilkov et al., 2020):
+    a training pair is segmented afresh each time it is batched, by sampling among the
+    segmentations its SentencePiece model allows.
+
+    Pairs arrive as the one best ids the corpus holds; their text is decoded from them and
+    encoded again by sampling. A sentence keeps its one best ids when they hold an unknown piece
+    (its text cannot be recovered) or when the drawn segmentation is longer than `max_len`.
+    SentencePiece draws from a generator it seeds itself: the draws differ from run to run.
+
+    Args:
+        tokenizer: the run's tokenizer.
+        alpha: unigram: the sampling distribution's smoothing (smaller: more varied);
+            BPE: the probability of dropping each merge.
+        nbest: unigram: draw from the N best segmentations; 0: from all of them.
+        max_len: the longest segmentation used, in pieces with EOS.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, alpha: float, nbest: int = 0, max_len: int = 1 << 20):
+        self.tokenizer, self.alpha, self.nbest, self.max_len = tokenizer, alpha, nbest, max_len
+
+    def __call__(self, src: Sequence[np.ndarray], tgt: Sequence[np.ndarray]
+                 ) -> tuple[list[list[int]], list[list[int]]]:
+        """EOS-ended one best ids of a batch's pairs -> ids drawn afresh, EOS-ended."""
+        return self._draw(self.tokenizer.src, src), self._draw(self.tokenizer.tgt, tgt)
+
+    def _draw(self, model: spm.SentencePieceProcessor, seqs: Sequence[np.ndarray]
+              ) -> list[list[int]]:
+        one_best = [np.asarray(seq).tolist() for seq in seqs]
+        texts = model.decode([ids[:-1] for ids in one_best])  # EOS off
+        sampled = model.encode(texts, enable_sampling=True, alpha=self.alpha,
+                               nbest_size=self.nbest or -1)
+        return [best if UNK in best or len(ids) + 1 > self.max_len else ids + [EOS]
+                for best, ids in zip(one_best, sampled)]

@@ -33,6 +33,7 @@ def main(recipe: str, data: str, out: str, steps: int, accum: int, *overrides: s
         trainer.next_step(batches)
     trainer.settle()  # the steps' losses, read from the device into the log window
     torch.save({"model": trainer.model.state_dict(), "losses": trainer.window.losses,
+                "tokens": trainer.window.tokens,
                 "position": trainer.position, "step": trainer.step,
                 "lr": trainer.optimizer.param_groups[0]["lr"]},
                Path(out) / f"rank{world.rank}.pt")

@@ -29,18 +29,21 @@ def run(args: list[str], cwd: Path) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
-@pytest.fixture(scope="module")
-def runs(recipe_path, small_data, tmp_path_factory):
+def run_both(recipe_path: Path, data: Path, root: Path, *overrides: str) -> tuple:
     """(one process with accum_steps 2, [rank 0, rank 1] of two processes with accum_steps 1)."""
-    root = tmp_path_factory.mktemp("ddp")
-    common = [str(WORKER), str(recipe_path), str(small_data)]
-    run([sys.executable, *common, str(root / "alone"), str(STEPS), "2"], root)
+    common = [str(WORKER), str(recipe_path), str(data)]
+    run([sys.executable, *common, str(root / "alone"), str(STEPS), "2", *overrides], root)
     run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
          "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-         *common, str(root / "pair"), str(STEPS), "1"], root)
+         *common, str(root / "pair"), str(STEPS), "1", *overrides], root)
     alone = torch.load(root / "alone" / "rank0.pt", weights_only=True)
     pair = [torch.load(root / "pair" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     return alone, pair
+
+
+@pytest.fixture(scope="module")
+def runs(recipe_path, small_data, tmp_path_factory):
+    return run_both(recipe_path, small_data, tmp_path_factory.mktemp("ddp"))
 
 
 def test_two_processes_update_as_one_with_accumulation(runs):
@@ -55,6 +58,16 @@ def test_two_processes_update_as_one_with_accumulation(runs):
     torch.testing.assert_close(torch.tensor(pair[0]["losses"]), torch.tensor(alone["losses"]),
                                atol=1e-6, rtol=1e-5)
     assert pair[0]["losses"] == pair[1]["losses"]  # the loss of the whole step, on every rank
+
+
+def test_with_subword_sampling_too(runs, recipe_path, small_data, tmp_path):
+    """Each rank draws its own batches' segmentations; the step's target tokens are summed over
+    the ranks, so every rank takes the same step."""
+    _, pair = run_both(recipe_path, small_data, tmp_path, "tokenizer.sampling_alpha=0.1")
+    assert pair[0]["step"] == pair[1]["step"] == STEPS
+    assert all(torch.equal(pair[0]["model"][k], pair[1]["model"][k]) for k in pair[0]["model"])
+    assert pair[0]["losses"] == pair[1]["losses"]
+    assert pair[0]["tokens"] == pair[1]["tokens"] > runs[1][0]["tokens"] * 1.1  # more pieces
 
 
 def test_ranks_share_rank_0s_clock_for_a_time_budget_schedule(recipe_path, small_data, tmp_path):

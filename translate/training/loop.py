@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -29,10 +30,11 @@ from translate.data import Batch, TokenBatches, collate, load_split, token_batch
 from translate.engine import resolve_engine
 from translate.metrics import LogWindow, MetricsLog
 from translate.models import build_model, count_parameters
+from translate.tokenizer import SubwordSampler
 from translate.tokens import PAD
 from translate.training.compilation import compiled, engine_name
-from translate.training.distributed import (World, agree, all_sum_, any_rank, from_main_numbers,
-                                            sum_gradients)
+from translate.training.distributed import (World, agree, all_sum, all_sum_, any_rank,
+                                            from_main_numbers, sum_gradients)
 from translate.training.optim import make_optimizer, skips_on_device, step_unless, update_ema
 from translate.training.prepare import TrainingData
 from translate.training.progress import TrainingBar
@@ -90,6 +92,9 @@ class Trainer:
         seed_everything(self.cfg.seed)
         self.engine = resolve_engine(engine_name(self.cfg), self.device)
         self.tokenizer, self.train_pairs, self.dev = data.tokenizer, data.train, data.dev
+        tok = recipe.tokenizer
+        self.sampler = None if tok.sampling_alpha is None else SubwordSampler(
+            self.tokenizer, tok.sampling_alpha, tok.sampling_nbest, recipe.data.max_len)
         self.corpus_key = data.corpus_key
         model = build_model(recipe.model, self.tokenizer.src_vocab_size,
                             self.tokenizer.tgt_vocab_size, self.tokenizer.joint)
@@ -155,11 +160,11 @@ class Trainer:
         cfg = self.cfg
         step_batches = cfg.accum_steps * self.world.size  # what one optimizer step consumes
         chosen = batches[self.position: self.position + step_batches]
-        group = [collate([self.train_pairs.src[i] for i in idx],
-                         [self.train_pairs.tgt[i] for i in idx])
-                 for idx in self.world.share(chosen)]
-        # every rank's target tokens, counted from the order all ranks share: no collective
-        tokens = sum(self.train_pairs.tgt.total_length(idx) for idx in chosen)
+        group = [self.make_batch(idx) for idx in self.world.share(chosen)]
+        if self.sampler is None:  # every rank's target tokens, from the order all ranks share
+            tokens = sum(self.train_pairs.tgt.total_length(idx) for idx in chosen)
+        else:  # segmentations drawn on each rank: their lengths are summed over the ranks
+            tokens = round(all_sum([sum(b.num_tgt_tokens for b in group)], self.world)[0])
         self.position += step_batches
         t0 = time.perf_counter()
         figures = self.train_step(group, tokens)
@@ -190,6 +195,15 @@ class Trainer:
         elif cfg.save_every and self.step % cfg.save_every == 0:  # step_N.pt serves when due
             self.save("last.pt")
         return stop
+
+    def make_batch(self, pairs: np.ndarray) -> Batch:
+        """A batch, its pairs given by their indices, as tensors; with subword sampling,
+        segmented afresh."""
+        src = [self.train_pairs.src[i] for i in pairs]
+        tgt = [self.train_pairs.tgt[i] for i in pairs]
+        if self.sampler is not None:
+            src, tgt = self.sampler(src, tgt)
+        return collate(src, tgt)
 
     def budget_used(self, epoch_batches: int) -> float:
         """The fraction of the training budget used: of max_steps, max_minutes (the last

@@ -46,8 +46,12 @@ def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] =
     log.info("dataset: %s (%s -> %s)", resolve_dataset(cfg), cfg.src_lang, cfg.tgt_lang)
     if tokenizer is None:
         tokenizer = on_main(lambda: train_tokenizer(recipe, run_dir, progress), world)
-    log.info("tokenizer: %s %d pieces (%s)", recipe.tokenizer.model_type, tokenizer.tgt_vocab_size,
-             "joint" if tokenizer.joint else "separate vocabularies")
+    tok = recipe.tokenizer
+    sampling = "" if tok.sampling_alpha is None else (
+        f"; training pairs segmented afresh by sampling (alpha {tok.sampling_alpha:g}, "
+        f"{f'{tok.sampling_nbest} best' if tok.sampling_nbest else 'all segmentations'})")
+    log.info("tokenizer: %s %d pieces (%s)%s", tok.model_type, tokenizer.tgt_vocab_size,
+             "joint" if tokenizer.joint else "separate vocabularies", sampling)
     corpus = main_first(lambda: encoded_corpus(cfg, "train", tokenizer, cfg.num_proc, progress),
                         world)
     stats = corpus.stats
