@@ -48,8 +48,7 @@ def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] =
         tokenizer = on_main(lambda: train_tokenizer(recipe, run_dir, progress), world)
     tok = recipe.tokenizer
     sampling = "" if tok.sampling_alpha is None else (
-        f"; training pairs segmented afresh by sampling (alpha {tok.sampling_alpha:g}, "
-        f"{f'{tok.sampling_nbest} best' if tok.sampling_nbest else 'all segmentations'})")
+        f"; subword sampling, alpha {tok.sampling_alpha:g}, nbest {tok.sampling_nbest or 'all'}")
     log.info("tokenizer: %s %d pieces (%s)%s", tok.model_type, tokenizer.tgt_vocab_size,
              "joint" if tokenizer.joint else "separate vocabularies", sampling)
     corpus = main_first(lambda: encoded_corpus(cfg, "train", tokenizer, cfg.num_proc, progress),
