@@ -2,17 +2,18 @@
 
     python benchmarks/ab_train.py REV_A REV_B --data ../shared/data/multi30k \
         --precisions fp32,auto --rounds 7 --steps 6 --json ab_train.json
+    python benchmarks/ab_train.py REV_A REV_B ... --recipe recipes/multi30k/rnn_bahdanau.yaml
 
-Each revision's `translate/` package is exported (`git archive`, as `ab_decode.py` does) and
-builds its own `Trainer` from its own copy of the Transformer recipe, so each step is exactly what
-`translate train` runs at that revision: forward, loss, backward, clipping, AdamW, the schedule and
-the weight average. B starts from A's initial weights (through B's checkpoint upgrade) and both
-train on the same `--steps` batches of A's epoch 1: once untimed (so that oneDNN's kernels for
-each batch's shapes exist before the first timed step, whoever takes it), then once a round,
-taking turns batch by batch (who goes first alternates), so the VM's noise, which drifts over
-seconds, hits both alike. Printed per precision: target tokens/s of each, B's speed over A's in every round and
-their median, and the largest difference between their losses (their dropout draws differ, so
-the losses drift apart a little).
+Each revision's `translate/` package is exported (`git archive`, as `ab_decode.py` does) and builds
+its own `Trainer` from its own copy of the recipe (the Transformer's unless `--recipe`), so each
+step is exactly what `translate train` runs at that revision: forward, loss, backward, clipping,
+AdamW, the schedule and the weight average. B starts from A's initial weights (through B's
+checkpoint upgrade) and both train on the same `--steps` batches of A's epoch 1: once untimed (so
+that oneDNN's kernels for each batch's shapes exist before the first timed step, whoever takes it),
+then once a round, taking turns batch by batch (who goes first alternates), so the VM's noise,
+which drifts over seconds, hits both alike. Printed per precision: target tokens/s of each, B's
+speed over A's in every round and their median, and the largest difference between their losses
+(their dropout draws differ, so the losses drift apart a little).
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ from ab_decode import ROOT, export, speeds  # noqa: E402
 RECIPE = "recipes/multi30k/transformer.yaml"
 
 
-def trainer(name: str, rev: str, data: str, precision: str, run_dir: Path):
-    """Revision `rev`'s Trainer (exported as package `name`) for the Transformer recipe."""
+def trainer(name: str, rev: str, data: str, precision: str, run_dir: Path, recipe: str = RECIPE):
+    """Revision `rev`'s Trainer (exported as package `name`) for its copy of `recipe`."""
     recipe_file = run_dir / "recipe.in.yaml"
-    recipe_file.write_bytes(subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{RECIPE}"],
+    recipe_file.write_bytes(subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{recipe}"],
                                            check=True, capture_output=True).stdout)
     config = importlib.import_module(f"{name}.config")
     training = importlib.import_module(f"{name}.training")
@@ -98,6 +99,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=6,
                     help="batches, each trained on by both revisions every round")
+    ap.add_argument("--recipe", default=RECIPE, help="path in the repository (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -117,7 +119,8 @@ def main() -> None:
             run_dir = tmp / f"{precision}-{label}"
             run_dir.mkdir()
             trainers[label] = trainer(name, getattr(args, f"rev_{label.lower()}"),
-                                      str(Path(args.data).resolve()), precision, run_dir)
+                                      str(Path(args.data).resolve()), precision, run_dir,
+                                      args.recipe)
         same_weights(trainers["A"], trainers["B"], names["B"])
         torch.set_num_threads(args.threads)  # a recipe's train.threads may have changed it
         a = trainers["A"]

@@ -39,22 +39,28 @@ SETUPS = {
 
 
 def run(data: str, steps: int, log_every: int, overrides: list[str], run_dir: Path,
-        compile_cache: Path | None) -> list[dict]:
-    """One `translate train` run; its train records. With `compile_cache`, torch.compile's
-    kernels are kept there (a fresh folder: compiled from nothing, as in a user's first run)."""
+        compile_cache: Path | None = None, recipe: Path = RECIPE) -> tuple[list[dict], dict]:
+    """One `translate train` run: its train records, and the process's peak memory (MB) and
+    page faults. With `compile_cache`, torch.compile's kernels are kept there (a fresh folder:
+    compiled from nothing, as in a user's first run)."""
     sets = [f"train.max_steps={steps}", "train.eval_every=0", "train.eval_every_minutes=0",
             "train.max_minutes=0", f"train.log_every={log_every}", "data.test_splits=[]",
             *overrides]
-    cmd = [sys.executable, "-m", "translate", "train", str(RECIPE), "--data", data,
+    cmd = [sys.executable, "-m", "translate", "train", str(recipe), "--data", data,
            "--run-dir", str(run_dir), "--no-progress"]
     for s in sets:
         cmd += ["--set", s]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if compile_cache is not None:
         env["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache)
-    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, env=env)
+    child = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, env=env)
+    _, status, usage = os.wait4(child.pid, 0)  # the child's own resource usage
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise subprocess.CalledProcessError(child.returncode, cmd)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
-    return [r for r in records if r.get("kind") == "train"]
+    return ([r for r in records if r.get("kind") == "train"],
+            {"peak_mb": usage.ru_maxrss / 1024, "page_faults": usage.ru_minflt})
 
 
 def figures(records: list[dict], warm_steps: int) -> dict:
@@ -91,7 +97,7 @@ def main() -> None:
                 run_dir = Path(tmp) / f"{name.replace(' ', '_')}_{round_}"
                 cache = None if args.warm_cache else Path(tmp) / f"inductor_{round_}"
                 got = figures(run(args.data, args.steps, args.log_every, SETUPS[name], run_dir,
-                                  cache), args.warm_steps)
+                                  cache)[0], args.warm_steps)
                 results[name].append(got)
                 print(f"round {round_ + 1} {name:15s} {got['seconds']:7.1f} s to step "
                       f"{args.steps}, {got['tok_per_s']:6.0f} tok/s steady, warm-up "

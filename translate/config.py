@@ -104,6 +104,9 @@ class TrainConfig:
     max_bad_losses: int = 10
     log_every: int = 50
     threads: int = 0  # torch CPU threads; 0: torch's default
+    # on the CPU, glibc keeps freed memory for reuse instead of mapping big blocks afresh each
+    # step (translate.utils.keep_freed_memory): ~10% faster steps, ~10% more peak memory
+    keep_freed_memory: bool = True
     # torch.compile the training forward (with the plain engine; inductor needs a C++ compiler
     # on the CPU and Triton on a GPU); validation and decoding run the model as it is
     compile: bool = False
@@ -429,7 +432,7 @@ def _apply_override(raw: dict, item: str) -> None:
 # Everything else (model, data, tokenizer, optimisation) shapes the weights and stays as trained.
 RESUME_KEYS = ("max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
                "patience", "keep_last", "save_every", "log_every", "threads", "max_bad_losses",
-               "monitor_splits", "engine", "valid_beam")
+               "monitor_splits", "engine", "valid_beam", "keep_freed_memory")
 
 
 def resume_overrides(raw: dict, overrides: list[str] | tuple = ()) -> dict:

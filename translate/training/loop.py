@@ -39,8 +39,8 @@ from translate.training.optim import make_optimizer, skips_on_device, step_unles
 from translate.training.prepare import TrainingData
 from translate.training.progress import TrainingBar
 from translate.training.validation import dev_loss, perplexity, validation_scores
-from translate.utils import (autocast, pick_device, resolve_precision, rng_state,
-                             seed_everything, set_rng_state, stop_signals)
+from translate.utils import (autocast, keep_freed_memory, pick_device, resolve_precision,
+                             rng_state, seed_everything, set_rng_state, stop_signals)
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +89,8 @@ class Trainer:
                               "evaluate --precision int8); train in fp32, bf16 or fp16")
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
+        if self.cfg.keep_freed_memory and self.device.type == "cpu":
+            keep_freed_memory()
         seed_everything(self.cfg.seed)
         self.engine = resolve_engine(engine_name(self.cfg), self.device)
         self.tokenizer, self.train_pairs, self.dev = data.tokenizer, data.train, data.dev
