@@ -148,7 +148,7 @@ def keep_freed_memory() -> bool:
     1.08x as fast. With this, every allocation comes from the heap and freed memory stays
     there; the peak grows by what fragments (0.2-0.55 GB there; docs/results.md).
     """
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    if platform.libc_ver()[0] != "glibc":
         return False
     libc = ctypes.CDLL(None)
     return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1))

@@ -10,7 +10,6 @@ import torch.nn.functional as F
 
 from conftest import TINY_OVERRIDES, poison_loss, ready_to_step
 from translate.config import load_recipe
-from translate.data import collate
 from translate.metrics import MetricsLog
 from translate.tokens import PAD
 from translate.training import Trainer, TrainingError, prepare_data
@@ -45,8 +44,7 @@ def skipping_on_device(trainer: Trainer) -> Trainer:
 
 
 def batches_of(trainer: Trainer, indices: list[list[int]]):
-    pairs = trainer.train_pairs
-    return [collate([pairs.src[i] for i in idx], [pairs.tgt[i] for i in idx]) for idx in indices]
+    return [trainer.make_batch(idx) for idx in indices]
 
 
 def snapshot(trainer: Trainer) -> dict:
