@@ -111,7 +111,10 @@ def main() -> None:
     names = {"A": "translate_a", "B": "translate_b"}
     for label, rev in (("A", args.rev_a), ("B", args.rev_b)):
         export(rev, names[label], tmp)
-    data = importlib.import_module(f"{names['A']}.data")
+    try:  # where collate lives: translate.batching, or translate.data before it was split out
+        batching = importlib.import_module(f"{names['A']}.batching")
+    except ModuleNotFoundError:
+        batching = importlib.import_module(f"{names['A']}.data")
     report = {"rev_a": args.rev_a, "rev_b": args.rev_b, "results": {}}
     for precision in args.precisions.split(","):
         trainers = {}
@@ -125,8 +128,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)  # a recipe's train.threads may have changed it
         a = trainers["A"]
         order = a.epoch_batches()[: args.steps]
-        batches = [data.collate([a.train_pairs.src[i] for i in idx],
-                                [a.train_pairs.tgt[i] for i in idx]) for idx in order]
+        batches = [batching.collate([a.train_pairs.src[i] for i in idx],
+                                    [a.train_pairs.tgt[i] for i in idx]) for idx in order]
         for label in ("A", "B"):  # warm-up: every batch's shapes seen once (oneDNN's kernels)
             for batch in batches:
                 trainers[label].train_step([batch])

@@ -64,9 +64,9 @@ def measure(corpus: Path, tokenizer: Path, cache: Path, num_proc: int = 2) -> di
     """One measurement (run in a child process): seconds per stage and peak RSS."""
     import torch
 
+    from translate.batching import filter_lengths, token_batches
     from translate.config import DataConfig
     from translate.corpus import encoded_corpus
-    from translate.data import filter_lengths, token_batches
     from translate.tokenizer import Tokenizer
 
     torch.set_num_threads(2)

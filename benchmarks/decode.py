@@ -58,9 +58,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from translate.batching import pad
 from translate.checkpoint import Loaded, load_checkpoint
 from translate.config import DecodeConfig
-from translate.data import load_split, pad
+from translate.data import load_split
 from translate.engine import FAST
 from translate.export.ct2 import to_ctranslate2, vocabulary
 from translate.export.hf import to_pegasus

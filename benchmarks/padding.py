@@ -5,7 +5,7 @@
 
 The recipe's data are prepared as `translate train` prepares them (its tokenizer trained, the
 train split cleaned, encoded and length-filtered), and one epoch's batches are built by
-`translate.data.token_batches`, which orders pairs by target, then source length. A width w > 1
+`translate.batching.token_batches`, which orders pairs by target, then source length. A width w > 1
 orders by target length rounded up to a multiple of w, then source length: coarser target
 buckets with sources sorted inside them, the usual trade of target padding for source padding.
 A padded target token costs about twice a source token (decoder layers and the output layer
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from translate.batching import token_batches
 from translate.config import load_recipe
-from translate.data import token_batches
 from translate.training import prepare_data
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes/multi30k/transformer.yaml"

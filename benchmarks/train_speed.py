@@ -26,8 +26,10 @@ from pathlib import Path
 
 import torch
 
+from translate.batching import encode_pairs, iterate_batches
 from translate.config import DataConfig, TokenizerConfig
-from translate.data import clean_text_pairs, encode_pairs, iterate_batches, load_split
+from translate.data import load_split
+from translate.encoding import clean_text_pairs
 from translate.engine import FAST, PLAIN
 from translate.models import TransformerConfig, build_model, count_parameters
 from translate.tokenizer import Tokenizer

@@ -8,16 +8,16 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from translate import corpus as corpus_module
+from translate.batching import encode_pairs
 from translate.config import DataConfig, TokenizerConfig
 from translate.corpus import encoded_corpus, sample_pairs
-from translate.data import DataError, encode_pairs, load_split
+from translate.data import DataError, load_split
 from translate.encoding import clean_text_pairs
 from translate.tokenizer import Tokenizer
 from conftest import read_jsonl

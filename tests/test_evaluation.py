@@ -55,3 +55,9 @@ def test_sources_and_references_must_pair_up(evaluated):
     loaded, model, precision, engine, src, ref, _ = evaluated
     with pytest.raises(ValueError, match="100 sources but 99 references"):
         evaluate_split(model, loaded.tokenizer, src, ref[:99], loaded.recipe.decode, "de")
+
+
+def test_length_ratio_is_hypothesis_over_reference_tokens():
+    refs = ["Ein Hund rennt.", "Zwei Katzen spielen im Schnee."]  # 4 + 6 tokens (13a); 3 + 4 below
+    assert score(["Ein Hund.", "Zwei Katzen spielen."], refs).length_ratio == pytest.approx(0.7)
+    assert score(refs, refs).length_ratio == pytest.approx(1.0)

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from conftest import TINY_OVERRIDES, poison_loss, ready_to_step
+from translate.batching import collate, encode_pairs
 from translate.config import load_recipe
-from translate.data import collate, encode_pairs, load_split
+from translate.data import load_split
 from translate.metrics import MetricsLog
 
 pytestmark = pytest.mark.gpu

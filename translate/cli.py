@@ -1,5 +1,5 @@
-"""The `translate` command: train, decode, evaluate, compare, attention, curve, serve, export,
-average. Each command parses, then calls one function."""
+"""The `translate` command: train, decode, evaluate, tune-beam, compare, attention, curve, serve,
+export, average. Each command parses, then calls one function."""
 
 from __future__ import annotations
 
@@ -340,6 +340,67 @@ def compare(run_dirs, split, output, data_path, device, samples, beam, engine):
         _fail(e)
     click.echo("\n".join(findings(results)))
     click.echo(f"\nreport: {Path(output) / 'report.md'}")
+
+
+class _NumberList(click.ParamType):
+    """Comma-separated numbers, each checked: `1,2,4,8`."""
+
+    name = "list"
+
+    def __init__(self, kind: type, lowest: float):
+        self.kind, self.lowest = kind, lowest
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            numbers = tuple(self.kind(v) for v in str(value).split(",") if v.strip())
+        except ValueError:
+            self.fail(f"{value!r} is not a comma-separated list of {self.kind.__name__}s",
+                      param, ctx)
+        if not numbers or min(numbers) < self.lowest:
+            self.fail(f"{value!r}: give one or more values, each at least {self.lowest}",
+                      param, ctx)
+        return numbers
+
+
+@main.command("tune-beam")
+@click.argument("checkpoint", type=click.Path())
+@click.option("--split", default="dev", show_default=True,
+              help="The dev split to choose on (a test split is refused).")
+@click.option("--data", "data_path", default=None, metavar="PATH_OR_HUB_NAME",
+              help="Dataset instead of the recipe's.")
+@click.option("--beams", type=_NumberList(int, 1), default="1,2,4,5,8", show_default=True,
+              help="Beam sizes to try.")
+@click.option("--lenpens", type=_NumberList(float, 0), default="0,0.3,0.6,1,1.5",
+              show_default=True, help="Length penalties (GNMT alpha) to try.")
+@click.option("-o", "--output", type=click.Path(file_okay=False), default=None,
+              help="Folder for sweep.json, sweep.md and sweep.png.")
+@early_exit_option
+@device_option
+@precision_option
+@engine_option
+def tune_beam(checkpoint, split, data_path, beams, lenpens, output, early_exit, device,
+              precision, engine):
+    """Choose the beam size and length penalty for a CHECKPOINT on a dev split: decode it with
+    every pair of --beams and --lenpens, print the BLEU table and the best setting."""
+    from translate.analysis.beam_sweep import summary, sweep_beams, write_sweep
+
+    def report(point):
+        click.echo(f"beam {point.beam}, length penalty {point.lenpen:g}: BLEU {point.bleu:.2f} "
+                   f"({point.sentences_per_s:.0f} sentences/s)", err=True)
+
+    try:
+        if data_path:
+            os.environ.pop("TRANSLATE_DATA", None)
+        sweep = sweep_beams(checkpoint, split, beams, lenpens, data_path, device, precision,
+                            engine, early_exit, report)
+        written = write_sweep(sweep, output) if output else []
+    except USER_ERRORS as e:
+        _fail(e)
+    click.echo(summary(sweep))
+    for path in written:
+        click.echo(f"wrote {path}")
 
 
 @main.command()

@@ -30,9 +30,9 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from translate.batching import EncodedPairs, TokenArray
 from translate.config import DataConfig
-from translate.data import (EncodedPairs, SplitSource, TokenArray, find_split, read_chunks,
-                            split_identity)
+from translate.data import SplitSource, find_split, read_chunks, split_identity
 from translate.encoding import (ChunkEncoder, CleanStats, DataError, EncodedChunk, clean_text_pairs,
                                 encode_in_worker, parse_chunk, start_worker)
 from translate.tokenizer import Tokenizer

@@ -14,8 +14,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from translate.batching import pad
 from translate.config import DecodeConfig
-from translate.data import pad
 from translate.engine import PLAIN, Engine
 from translate.search import Hypothesis, beam_search, greedy_search, output_limits
 from translate.tokenizer import Tokenizer

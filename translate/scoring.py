@@ -25,6 +25,7 @@ class Scores:
     legacy_signature: str
     bleu_detail: str
     sentences: int
+    length_ratio: float  # hypothesis length / reference length, in BLEU's tokens
 
     def summary(self) -> str:
         return (f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  ({self.sentences} sentences)\n"
@@ -48,7 +49,7 @@ def score(hypotheses: Sequence[str], references: Sequence[str], tgt_lang: str = 
     legacy = BLEU(tokenize="none", force=True)
     lb = legacy.corpus_score(_moses_lower(hyps, tgt_lang), [_moses_lower(refs[0], tgt_lang)])
     return Scores(b.score, c.score, lb.score, str(bleu.get_signature()), str(chrf.get_signature()),
-                  str(legacy.get_signature()), str(b), len(hyps))
+                  str(legacy.get_signature()), str(b), len(hyps), b.sys_len / max(b.ref_len, 1))
 
 
 def _moses_lower(lines: Iterable[str], lang: str) -> list[str]:

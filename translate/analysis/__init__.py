@@ -1,7 +1,8 @@
-"""Analysis of trained systems: comparison reports, attention maps and figures.
+"""Analysis of trained systems: comparison reports, attention maps, decoding choices, figures.
 
     compare.py     decode a split with several runs, significance, BLEU by length, report.md
     attention.py   record and draw one sentence's attention weights
+    beam_sweep.py  beam size and length penalty chosen on a dev split
     plots.py       learning curves, bar charts and heatmaps (matplotlib)
     report.py      the Markdown report and its findings, from results.json's dict
 """

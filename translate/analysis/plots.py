@@ -75,7 +75,7 @@ def plot_learning_curves(run_dirs: list[str | Path], output: str | Path,
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, output)
+    return save_figure(fig, output)
 
 
 def pyplot():
@@ -90,7 +90,7 @@ def pyplot():
     return plt
 
 
-def _save(fig, output: str | Path) -> Path:
+def save_figure(fig, output: str | Path) -> Path:
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output)
@@ -120,7 +120,7 @@ def plot_dev_curves(curves: dict[str, list[dict]], output: str | Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, output)
+    return save_figure(fig, output)
 
 
 def plot_length_buckets(labels: Sequence[str], counts: Sequence[int],
@@ -145,7 +145,7 @@ def plot_length_buckets(labels: Sequence[str], counts: Sequence[int],
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, output)
+    return save_figure(fig, output)
 
 
 @dataclass
@@ -188,4 +188,4 @@ def plot_heatmaps(rows: list[list[Heatmap]], output: str | Path, title: str,
             ax.set_title(heatmap.title, fontsize=9)
             fig.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
     fig.suptitle("\n".join(textwrap.wrap(title, int(9 * cell * n_cols))), fontsize=11)
-    return _save(fig, output)
+    return save_figure(fig, output)

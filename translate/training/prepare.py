@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from translate.batching import EncodedPairs, encode_pairs, filter_lengths
 from translate.config import DataConfig, Recipe
 from translate.corpus import encoded_corpus, sample_pairs
-from translate.data import DataError, EncodedPairs, encode_pairs, filter_lengths, load_split, \
-    resolve_dataset
+from translate.data import DataError, load_split, resolve_dataset
 from translate.encoding import CleanStats, clean_text_pairs
 from translate.tokenizer import Tokenizer
 from translate.training.distributed import World, main_first, on_main

@@ -9,8 +9,8 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from translate.batching import EncodedPairs, collate, token_batches
 from translate.config import Recipe
-from translate.data import EncodedPairs, collate, token_batches
 from translate.engine import Engine
 from translate.evaluation import evaluate_split
 from translate.tokenizer import Tokenizer
