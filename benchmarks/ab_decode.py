@@ -21,6 +21,7 @@ import importlib
 import importlib.util
 import json
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,11 +34,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def export(rev: str, name: str, into: Path) -> None:
-    """`translate/` at `rev` as the package `name` under `into`, its imports renamed."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "translate"],
-                             check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    (into / "translate").rename(into / name)
+    """`translate/` at `rev` as the package `name` under `into`, its imports renamed. `rev` is a
+    git revision, or a folder holding a copy of the repository (where there is no git history,
+    as on a lent GPU machine: `git archive REV translate recipes | tar -x -C FOLDER`)."""
+    if Path(rev).is_dir():
+        shutil.copytree(Path(rev) / "translate", into / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "translate"],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+        (into / "translate").rename(into / name)
     for path in (into / name).rglob("*.py"):
         text = re.sub(r"\btranslate\b(?=[. ])", name, path.read_text(encoding="utf-8"))
         path.write_text(text, encoding="utf-8")

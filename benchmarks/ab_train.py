@@ -3,6 +3,11 @@
     python benchmarks/ab_train.py REV_A REV_B --data ../shared/data/multi30k \
         --precisions fp32,auto --rounds 7 --steps 6 --json ab_train.json
     python benchmarks/ab_train.py REV_A REV_B ... --recipe recipes/multi30k/rnn_bahdanau.yaml
+    python benchmarks/ab_train.py FOLDER_A FOLDER_B --device cuda --precisions bf16 ...
+
+A revision may also be a folder holding a copy of the repository (`git archive REV translate
+recipes | tar -x -C FOLDER`), for a machine without the git history such as a lent GPU. On a GPU
+each step ends by reading its figures, so the time is the step's, not the queue's.
 
 Each revision's `translate/` package is exported (`git archive`, as `ab_decode.py` does) and builds
 its own `Trainer` from its own copy of the recipe (the Transformer's unless `--recipe`), so each
@@ -35,11 +40,15 @@ from ab_decode import ROOT, export, speeds  # noqa: E402
 RECIPE = "recipes/multi30k/transformer.yaml"
 
 
-def trainer(name: str, rev: str, data: str, precision: str, run_dir: Path, recipe: str = RECIPE):
+def trainer(name: str, rev: str, data: str, precision: str, run_dir: Path, recipe: str = RECIPE,
+            device: str = "cpu"):
     """Revision `rev`'s Trainer (exported as package `name`) for its copy of `recipe`."""
     recipe_file = run_dir / "recipe.in.yaml"
-    recipe_file.write_bytes(subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{recipe}"],
-                                           check=True, capture_output=True).stdout)
+    if Path(rev).is_dir():
+        recipe_file.write_bytes((Path(rev) / recipe).read_bytes())
+    else:
+        recipe_file.write_bytes(subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{recipe}"],
+                                               check=True, capture_output=True).stdout)
     config = importlib.import_module(f"{name}.config")
     training = importlib.import_module(f"{name}.training")
     recipe = config.load_recipe(recipe_file, [f"data.dataset={data}",
@@ -47,8 +56,8 @@ def trainer(name: str, rev: str, data: str, precision: str, run_dir: Path, recip
     if "data" in inspect.signature(training.Trainer).parameters:  # prepared data passed in
         metrics = importlib.import_module(f"{name}.metrics").MetricsLog(run_dir / "metrics.jsonl")
         prepared = training.prepare_data(recipe, run_dir)
-        return training.Trainer(recipe, run_dir, prepared, metrics, device="cpu", progress=False)
-    return training.Trainer(recipe, run_dir, device="cpu", progress=False)
+        return training.Trainer(recipe, run_dir, prepared, metrics, device=device, progress=False)
+    return training.Trainer(recipe, run_dir, device=device, progress=False)
 
 
 def same_weights(a, b, b_name: str) -> None:
@@ -101,6 +110,7 @@ def main() -> None:
                     help="batches, each trained on by both revisions every round")
     ap.add_argument("--recipe", default=RECIPE, help="path in the repository (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
@@ -115,7 +125,7 @@ def main() -> None:
         batching = importlib.import_module(f"{names['A']}.batching")
     except ModuleNotFoundError:
         batching = importlib.import_module(f"{names['A']}.data")
-    report = {"rev_a": args.rev_a, "rev_b": args.rev_b, "results": {}}
+    report = {"rev_a": args.rev_a, "rev_b": args.rev_b, "device": args.device, "results": {}}
     for precision in args.precisions.split(","):
         trainers = {}
         for label, name in names.items():
@@ -123,7 +133,7 @@ def main() -> None:
             run_dir.mkdir()
             trainers[label] = trainer(name, getattr(args, f"rev_{label.lower()}"),
                                       str(Path(args.data).resolve()), precision, run_dir,
-                                      args.recipe)
+                                      args.recipe, args.device)
         same_weights(trainers["A"], trainers["B"], names["B"])
         torch.set_num_threads(args.threads)  # a recipe's train.threads may have changed it
         a = trainers["A"]

@@ -13,7 +13,12 @@ precision (a square matmul, timed between the rounds).
     python benchmarks/train_speed.py ... --precisions fp32,bf16 --json benchmarks/results/train_speed.json
 
 bf16 is measured by default where the CPU has AMX (there `translate train` picks it), fp32
-everywhere.
+everywhere. On a GPU (`--device cuda`) every system takes the fused AdamW kernel (as `translate
+train` does there), the batches are copied to the GPU once, each timing ends with a synchronize,
+the peak is an 8192^3 matmul, and `--compile` adds our plain engine under `torch.compile`:
+
+    python benchmarks/train_speed.py --device cuda --precisions fp32,bf16 --max-tokens 16384 \
+        --compile --json benchmarks/results/train_speed-cuda.json
 """
 
 from __future__ import annotations
@@ -34,9 +39,9 @@ from translate.engine import FAST, PLAIN
 from translate.models import TransformerConfig, build_model, count_parameters
 from translate.tokenizer import Tokenizer
 from translate.tokens import PAD
-from translate.utils import autocast, cpu_has_amx, cpu_name
+from translate.utils import autocast, cpu_has_amx, cpu_name, pick_device
 
-MATMUL_SIZE = 1024  # the peak: (1024 x 1024) @ (1024 x 1024), 2.1 GFLOP
+MATMUL_SIZE = {"cpu": 1024, "cuda": 8192}  # the peak: a square matmul, 2.1 GFLOP on the CPU
 
 
 def make_batches(data: str, max_tokens: int, n: int):
@@ -53,33 +58,51 @@ def make_batches(data: str, max_tokens: int, n: int):
     return tok, batches
 
 
-def matmul_peak(dtype: torch.dtype, reps: int = 20) -> float:
+def matmul_peak(dtype: torch.dtype, reps: int = 20, device: str = "cpu") -> float:
     """GFLOP/s of a square matmul in `dtype`: the median of `reps` timings after a warm-up."""
-    a = torch.randn(MATMUL_SIZE, MATMUL_SIZE).to(dtype)
-    b = torch.randn(MATMUL_SIZE, MATMUL_SIZE).to(dtype)
+    n = MATMUL_SIZE[torch.device(device).type]
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
     for _ in range(3):
         a @ b
     times = []
     for _ in range(reps):
+        synchronize(device)
         t0 = time.perf_counter()
         a @ b
+        synchronize(device)
         times.append(time.perf_counter() - t0)
-    return 2 * MATMUL_SIZE ** 3 / statistics.median(times) / 1e9
+    return 2 * n ** 3 / statistics.median(times) / 1e9
+
+
+def synchronize(device: str | torch.device) -> None:
+    """Wait for the device's queued work (a GPU's kernels run after the host returns)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def adamw(model: torch.nn.Module, device: torch.device) -> torch.optim.AdamW:
+    """AdamW as both systems get it: the fused kernel on a GPU."""
+    return torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98),
+                             fused=True if device.type == "cuda" else None)
 
 
 class Ours:
-    def __init__(self, vocab: int, precision: str, engine=FAST):
+    def __init__(self, vocab: int, precision: str, engine=FAST, device: str = "cpu",
+                 compile: bool = False):
         torch.manual_seed(0)
         cfg = TransformerConfig(dropout=0.1)
-        self.engine = engine
-        self.model = engine.prepare(build_model(cfg, vocab, vocab, shared_vocab=True)).train()
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98))
+        self.engine, self.device = engine, torch.device(device)
+        self.model = engine.prepare(build_model(cfg, vocab, vocab, shared_vocab=True))
+        self.model = self.model.to(self.device).train()
+        self.opt = adamw(self.model, self.device)
         self.precision = precision
         self.params = count_parameters(self.model)
+        self.forward = torch.compile(self.model) if compile else self.model
 
     def step(self, batch) -> None:
-        with autocast(torch.device("cpu"), self.precision):
-            logits = self.model(batch.src, batch.tgt_in)
+        with autocast(self.device, self.precision):
+            logits = self.forward(batch.src, batch.tgt_in)
         loss, _ = self.engine.loss(logits, batch.tgt_out, 0.1, PAD)
         (loss / batch.num_tgt_tokens).backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
@@ -91,7 +114,7 @@ class Marian:
     """The peer: Hugging Face MarianMT built from a config (3+3 layers, d 256, 4 heads, FFN 1024),
     in fp32 or under bf16 autocast."""
 
-    def __init__(self, vocab: int, precision: str = "fp32"):
+    def __init__(self, vocab: int, precision: str = "fp32", device: str = "cpu"):
         from transformers import MarianConfig, MarianMTModel
 
         torch.manual_seed(0)
@@ -100,13 +123,14 @@ class Marian:
                            encoder_ffn_dim=1024, decoder_ffn_dim=1024, dropout=0.1,
                            pad_token_id=PAD, eos_token_id=3, decoder_start_token_id=2,
                            max_position_embeddings=512, share_encoder_decoder_embeddings=True)
-        self.model = MarianMTModel(cfg).train()
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98))
+        self.device = torch.device(device)
+        self.model = MarianMTModel(cfg).to(self.device).train()
+        self.opt = adamw(self.model, self.device)
         self.params = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         self.precision = precision
 
     def step(self, batch) -> None:
-        with autocast(torch.device("cpu"), self.precision):
+        with autocast(self.device, self.precision):
             out = self.model(input_ids=batch.src, attention_mask=batch.src != PAD,
                              decoder_input_ids=batch.tgt_in,
                              decoder_attention_mask=batch.tgt_in != PAD)
@@ -119,15 +143,19 @@ class Marian:
         self.opt.zero_grad(set_to_none=True)
 
 
-def build_systems(vocab: int, precisions: list[str]) -> dict:
-    """Ours in each precision with the fast engine and the plain one; the peer in each."""
+def build_systems(vocab: int, precisions: list[str], device: str = "cpu",
+                  compile: bool = False) -> dict:
+    """Ours in each precision with the fast engine and the plain one (and the plain one
+    compiled, with `compile`); the peer in each."""
     systems = {}
     for precision in precisions:
-        systems[f"ours {precision} fast"] = Ours(vocab, precision, FAST)
-        systems[f"ours {precision} plain"] = Ours(vocab, precision, PLAIN)
+        systems[f"ours {precision} fast"] = Ours(vocab, precision, FAST, device)
+        systems[f"ours {precision} plain"] = Ours(vocab, precision, PLAIN, device)
+        if compile:
+            systems[f"ours {precision} compiled"] = Ours(vocab, precision, PLAIN, device, True)
     try:
         for precision in precisions:
-            systems[f"hf marian {precision}"] = Marian(vocab, precision)
+            systems[f"hf marian {precision}"] = Marian(vocab, precision, device)
     except ImportError:
         print("transformers is not installed: measuring without the MarianMT peer")
     return systems
@@ -140,32 +168,46 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=8, help="steps per system per round")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--precisions", default="fp32,bf16" if cpu_has_amx() else "fp32",
-                    help="comma-separated: fp32, bf16 (default: bf16 too where the CPU has AMX)")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU)")
+    ap.add_argument("--compile", action="store_true",
+                    help="also our plain engine under torch.compile (its warm-up is not timed)")
+    ap.add_argument("--cudnn-attention", action="store_true",
+                    help="on a GPU, leave PyTorch's cuDNN attention on (translate turns it off)")
+    ap.add_argument("--precisions", default=None,
+                    help="comma-separated: fp32, bf16 (default: bf16 too where the CPU has AMX, "
+                         "and on a GPU)")
     ap.add_argument("--json", type=Path, default=Path("benchmarks/results/train_speed.json"))
     args = ap.parse_args()
-    precisions = args.precisions.split(",")
+    device = pick_device(args.device)  # on a GPU, as translate sets it up: no cuDNN attention
+    if args.cudnn_attention:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+    on_gpu = device.type == "cuda"
+    precisions = (args.precisions or ("fp32,bf16" if on_gpu or cpu_has_amx() else "fp32")
+                  ).split(",")
     if not set(precisions) <= {"fp32", "bf16"}:
         ap.error(f"--precisions takes fp32 and bf16, got {args.precisions}")
     torch.set_num_threads(args.threads)
     tok, batches = make_batches(args.data, args.max_tokens, args.steps * args.rounds + 2)
-    systems = build_systems(tok.tgt_vocab_size, precisions)
-    for system in systems.values():  # warm-up: allocator, oneDNN kernels
-        for batch in batches[:2]:
+    batches = [batch.to(device) for batch in batches]
+    systems = build_systems(tok.tgt_vocab_size, precisions, args.device, args.compile)
+    for name, system in systems.items():  # warm-up: allocator, oneDNN kernels; a compiled
+        for batch in batches if "compiled" in name else batches[:2]:  # one sees every shape
             system.step(batch)
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     rates: dict[str, list[float]] = {name: [] for name in systems}
     peaks: dict[str, list[float]] = {p: [] for p in precisions}
     for r in range(args.rounds):
         for precision in precisions:
-            peaks[precision].append(matmul_peak(dtypes[precision]))
+            peaks[precision].append(matmul_peak(dtypes[precision], device=args.device))
         chunk = batches[2 + r * args.steps: 2 + (r + 1) * args.steps]
         tokens = sum(b.num_tgt_tokens for b in chunk)
         order = list(systems) if r % 2 == 0 else list(reversed(systems))
         for name in order:
+            synchronize(device)
             t0 = time.perf_counter()
             for batch in chunk:
                 systems[name].step(batch)
+            synchronize(device)
             rates[name].append(tokens / (time.perf_counter() - t0))
         print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:.0f}" for n, v in rates.items())
               + " | matmul GFLOP/s " + ", ".join(f"{p} {v[-1]:.0f}" for p, v in peaks.items()))
@@ -175,9 +217,11 @@ def main() -> None:
     peak = {p: statistics.median(v) for p, v in peaks.items()}
     result = {"threads": args.threads, "max_tokens": args.max_tokens, "rounds": args.rounds,
               "steps_per_round": args.steps, "torch": torch.__version__, "cpu": cpu_name(),
-              "amx": cpu_has_amx(), "matmul_peak_gflops": peak, "peer": peer,
+              "amx": cpu_has_amx(), "device": args.device,
+              "cudnn_attention": on_gpu and torch.backends.cuda.cudnn_sdp_enabled(),
+              "gpu": torch.cuda.get_device_name(device) if on_gpu else None, "matmul_peak_gflops": peak, "peer": peer,
               "flops_per_target_token": "6 x parameters", "systems": {}}
-    print(f"\nmatmul peak ({MATMUL_SIZE}^3, median): "
+    print(f"\nmatmul peak ({MATMUL_SIZE[device.type]}^3, median): "
           + ", ".join(f"{p} {g:.0f} GFLOP/s" for p, g in peak.items()))
     print(f"\n{'system':20s} {'params':>8s} {'median tok/s':>13s} {'vs ' + peer:>22s} {'MFU':>7s}")
     for name, values in rates.items():

@@ -106,3 +106,19 @@ def test_cuda_and_cpu_compute_the_same_logits(trained_run):
         gpu_batch = batch.to(torch.device("cuda"))
         gpu = loaded.model.cuda()(gpu_batch.src, gpu_batch.tgt_in).cpu()
     torch.testing.assert_close(gpu, cpu, atol=1e-3, rtol=1e-3)
+
+
+def test_attention_on_cuda_never_takes_cudnn(recipe_path, small_data, tmp_path):
+    """cuDNN builds a plan for every new (batch, length) shape (about a second a step): the
+    Trainer's device choice turns it off, and a bf16 step's attention runs other kernels."""
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    trainer = cuda_trainer(recipe_path, small_data, tmp_path, "train.precision=bf16")
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+    order = trainer.epoch_batches()
+    with torch.profiler.profile() as prof:
+        for _ in range(3):
+            trainer.next_step(order)
+        torch.cuda.synchronize()
+    ops = {event.key for event in prof.key_averages()}
+    assert not any("cudnn_attention" in op for op in ops)
+    assert any(op.startswith("aten::_scaled_dot_product_") for op in ops), sorted(ops)

@@ -70,12 +70,24 @@ def pick_device(name: str | None = None) -> torch.device:
             raise ValueError(f"--device {name}: CUDA is not available on this machine")
         if device.type == "mps" and not torch.backends.mps.is_available():
             raise ValueError(f"--device {name}: MPS is not available on this machine")
+        if device.type == "cuda":
+            no_cudnn_attention()
         return device
     if torch.cuda.is_available():
+        no_cudnn_attention()
         return torch.device("cuda")
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def no_cudnn_attention() -> None:
+    """Take cuDNN out of `scaled_dot_product_attention`'s backends on a GPU (FlashAttention,
+    memory-efficient and math remain). For a masked attention in bf16/fp16 recent PyTorch tries
+    cuDNN first, and cuDNN builds an execution plan for every new (batch, length) shape, about a
+    second a step: length-bucketed batches and a growing decoder are new shapes nearly every
+    step (bf16 training on an H100 ran at 0.07x of fp32 with it, benchmarks/train_speed.py)."""
+    torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 def seed_everything(seed: int) -> None:
