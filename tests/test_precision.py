@@ -12,13 +12,19 @@ from translate.models.transformer import TransformerConfig
 CPU = torch.device("cpu")
 
 
-@pytest.mark.parametrize("flags, training, decoding", [
-    ({"avx2", "fma"}, "fp32", "fp32"),                         # no bf16 instructions
-    ({"avx512f", "avx512_bf16"}, "fp32", "bf16"),              # AMD EPYC (Zen 4), say
-    ({"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}, "bf16", "bf16"),  # Intel with AMX
+AMD, INTEL = "AuthenticAMD", "GenuineIntel"
+
+
+@pytest.mark.parametrize("vendor, flags, training, decoding", [
+    (INTEL, {"avx2", "fma"}, "fp32", "fp32"),                  # no bf16 instructions
+    (AMD, {"avx2", "fma"}, "fp32", "fp32"),
+    (AMD, {"avx512f", "avx512_bf16"}, "fp32", "bf16"),         # AMD EPYC (Zen 4), say
+    (INTEL, {"avx512f", "avx512_bf16", "avx512_fp16"}, "fp32", "fp32"),  # Xeon, AMX not shown
+    (INTEL, {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}, "bf16", "bf16"),  # with AMX
 ])
-def test_auto_per_cpu(monkeypatch, flags, training, decoding):
+def test_auto_per_cpu(monkeypatch, vendor, flags, training, decoding):
     monkeypatch.setattr(utils, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(utils, "cpu_vendor", lambda: vendor)
     assert utils.resolve_precision("auto", CPU) == training
     assert utils.resolve_precision("auto", CPU, decoding=True) == decoding
     assert utils.resolve_precision("fp32", CPU, decoding=True) == "fp32"  # asked for: kept
@@ -28,7 +34,10 @@ def test_decoding_model_follows_the_cpu(monkeypatch):
     model = build_model(TransformerConfig(d_model=32, heads=2, ffn_dim=64, encoder_layers=1,
                                           decoder_layers=1), 50, 50, True)
     monkeypatch.setattr(utils, "cpu_flags", lambda: {"avx512_bf16"})
+    monkeypatch.setattr(utils, "cpu_vendor", lambda: AMD)
     assert decoding_model(model, "auto", CPU, PLAIN)[1] == "bf16"
+    monkeypatch.setattr(utils, "cpu_vendor", lambda: INTEL)
+    assert decoding_model(model, "auto", CPU, PLAIN)[1] == "fp32"
     monkeypatch.setattr(utils, "cpu_flags", lambda: set())
     assert decoding_model(model, "auto", CPU, PLAIN)[1] == "fp32"
 
@@ -38,3 +47,4 @@ def test_cpu_flags_reads_this_machine():
     assert isinstance(flags, set)
     assert utils.cpu_has_amx() == ("amx_bf16" in flags)
     assert utils.cpu_has_bf16() == bool({"amx_bf16", "avx512_bf16"} & flags)
+    assert isinstance(utils.cpu_vendor(), str)

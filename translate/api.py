@@ -47,8 +47,8 @@ class Translator:
         """Load a run folder (its best.pt), a checkpoint file or an exported model folder.
 
         device: cpu, cuda, cuda:1, mps (default: the best available). precision: auto (bf16
-        where the CPU has AMX or AVX512-BF16 or on a GPU with bf16, else fp32), fp32, bf16,
-        fp16 or int8.
+        where the CPU has AMX, on an AMD CPU with AVX512-BF16 and on a GPU with bf16; else
+        fp32), fp32, bf16, fp16 or int8.
         """
         dev = pick_device(None if device is None else str(device))
         return cls(load_checkpoint(path, dev), dev, precision, engine)

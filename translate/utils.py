@@ -141,6 +141,19 @@ def cpu_has_bf16() -> bool:
     return bool({"amx_bf16", "avx512_bf16"} & cpu_flags())
 
 
+def cpu_vendor() -> str:
+    """'GenuineIntel', 'AuthenticAMD', ...; '' where it cannot be read."""
+    return _cpuinfo("vendor_id") or ""
+
+
+def cpu_decodes_faster_in_bf16() -> bool:
+    """Whether bf16 autocast decodes faster than fp32 here, as measured (benchmarks/decode.py):
+    with AMX; with AVX512-BF16 on an AMD EPYC (Zen 4: 1.07-1.15x with the Transformer, 1.27-1.40x
+    with the RNN); not with AVX512-BF16 on an Intel Xeon without AMX (0.74-0.81x: its bf16
+    matmuls ran at half the fp32 rate)."""
+    return cpu_has_amx() or (cpu_has_bf16() and cpu_vendor() == "AuthenticAMD")
+
+
 def cpu_name() -> str:
     """The CPU's model name, for benchmark reports."""
     return _cpuinfo("model name") or platform.processor() or platform.machine()
@@ -168,20 +181,18 @@ def keep_freed_memory() -> bool:
 
 def resolve_precision(precision: str, device: torch.device, decoding: bool = False) -> str:
     """'auto' -> bf16 on CUDA (fp16 if bf16 is unsupported) and on CPUs with AMX, else fp32;
-    for `decoding`, also bf16 on CPUs with AVX512-BF16.
+    for `decoding`, bf16 wherever `cpu_decodes_faster_in_bf16` (dev BLEU within 0.15).
 
     On a CPU without AMX, bf16 training runs slower than fp32 (benchmarks/train_speed.py): its
     backward pass converts and reduces in ways the chip does not speed up. Decoding is forward
-    matmuls only: with AVX512-BF16 (an AMD EPYC) bf16 autocast decoded 1.07-1.15x as fast as
-    fp32 with the Transformer and 1.27-1.40x with the RNN, dev BLEU within 0.15
-    (benchmarks/decode.py, docs/results.md).
+    matmuls only, and there it depends on the chip (see `cpu_decodes_faster_in_bf16`).
     """
     if precision == "auto":
         if device.type == "cuda":
             return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
         if device.type != "cpu":
             return "fp32"
-        return "bf16" if cpu_has_amx() or (decoding and cpu_has_bf16()) else "fp32"
+        return "bf16" if cpu_has_amx() or (decoding and cpu_decodes_faster_in_bf16()) else "fp32"
     if precision == "fp16" and device.type != "cuda":
         raise ValueError("precision fp16 needs a CUDA device; use bf16 or fp32")
     if precision == "int8" and device.type != "cpu":
