@@ -81,7 +81,8 @@ def greedy_search(model: Seq2Seq, src: torch.Tensor, max_len: int | torch.Tensor
                   use_cache: bool = True) -> list[list[int]]:
     """Pick the most probable token at each step until EOS or the length limit.
 
-    The quick path of `beam_search(..., beam=1)`, which gives the same tokens.
+    The quick path of `beam_search(..., beam=1)`, which gives the same tokens. A sentence that
+    ends leaves the batch (`state.select`), so the rest decode without its rows.
 
     Args:
         src: (B, S) source ids.
@@ -96,23 +97,31 @@ def greedy_search(model: Seq2Seq, src: torch.Tensor, max_len: int | torch.Tensor
     limits = _limits(max_len, B, src.device)
     memory = model.encode(src)
     state = model.init_state(memory)
-    tokens = torch.full((B, 1), BOS, dtype=torch.long, device=src.device)
-    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+    tokens = torch.full((B, 1), BOS, dtype=torch.long, device=src.device)  # (live, t)
+    live = torch.arange(B, device=src.device)  # (live,) each row's sentence
+    ended = torch.zeros(B, dtype=torch.bool, device=src.device)  # rows decoded on regardless
+    out: list[list[int]] = [[] for _ in range(B)]
     for step in range(1, int(limits.max()) + 1):
         if use_cache:
-            logits, state = model.decode(tokens[:, -1:], state)  # (B, 1, V)
+            logits, state = model.decode(tokens[:, -1:], state)  # (live, 1, V)
         else:  # the prefix from scratch: (B, t, V)
             logits, _ = model.decode(tokens, model.init_state(memory))
         logits = logits[:, -1]
         logits[:, [PAD, BOS]] = float("-inf")  # never output
-        next_token = logits.argmax(dim=-1).masked_fill(finished, PAD)  # (B,)
+        next_token = logits.argmax(dim=-1).masked_fill(ended, PAD)  # (live,)
         tokens = torch.cat([tokens, next_token[:, None]], dim=1)
-        finished |= (next_token == EOS) | (limits <= step)
-        if bool(finished.all()):
+        done = ~ended & ((next_token == EOS) | (limits[live] <= step))  # (live,)
+        if not bool(done.any()):
+            continue
+        for sentence, row in zip(live[done].tolist(), tokens[done, 1:].tolist()):
+            out[sentence] = row[:-1] if row[-1] == EOS else row
+        ended |= done
+        if bool(ended.all()):
             break
-    out = []
-    for row in tokens[:, 1:].tolist():
-        out.append(row[: row.index(EOS)] if EOS in row else [t for t in row if t != PAD])
+        if use_cache:  # ended sentences leave the batch, as in beam search
+            keep = (~ended).nonzero().squeeze(1)  # (live',)
+            live, tokens, ended = live[keep], tokens[keep], ended[keep]
+            state = state.select(keep, keep)
     return out
 
 
