@@ -47,7 +47,8 @@ device_option = click.option("--device", default=None,
 precision_option = click.option(
     "--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]), default=None,
     help="Decoding precision (default: the recipe's train.precision); auto: bf16 on a GPU and on "
-    "CPUs with AMX (or AMD ones with AVX512-BF16), else fp32; int8 quantizes the linear layers, CPU only.")
+    "CPUs with AMX (or AMD ones with AVX512-BF16), else fp32; int8 quantizes the linear layers, "
+    "CPU only.")
 beam_option = click.option("--beam", type=click.IntRange(min=1), default=None,
                            help="Beam size; 1 = greedy (default: the recipe's decode.beam, 5).")
 early_exit_option = click.option(

@@ -99,7 +99,7 @@ def greedy_search(model: Seq2Seq, src: torch.Tensor, max_len: int | torch.Tensor
     state = model.init_state(memory)
     tokens = torch.full((B, 1), BOS, dtype=torch.long, device=src.device)  # (live, t)
     live = torch.arange(B, device=src.device)  # (live,) each row's sentence
-    ended = torch.zeros(B, dtype=torch.bool, device=src.device)  # rows decoded on regardless
+    ended = torch.zeros(B, dtype=torch.bool, device=src.device)  # ended, still in the batch
     out: list[list[int]] = [[] for _ in range(B)]
     for step in range(1, int(limits.max()) + 1):
         if use_cache:

@@ -84,9 +84,9 @@ def pick_device(name: str | None = None) -> torch.device:
 def no_cudnn_attention() -> None:
     """Take cuDNN out of `scaled_dot_product_attention`'s backends on a GPU (FlashAttention,
     memory-efficient and math remain). For a masked attention in bf16/fp16 recent PyTorch tries
-    cuDNN first, and cuDNN builds an execution plan for every new (batch, length) shape, about a
-    second a step: length-bucketed batches and a growing decoder are new shapes nearly every
-    step (bf16 training on an H100 ran at 0.07x of fp32 with it, benchmarks/train_speed.py)."""
+    cuDNN first, and cuDNN builds an execution plan for every new (batch, length) shape: length-
+    bucketed batches and a growing decoder are new shapes nearly every step (bf16 training on an
+    H100 ran at 0.07x of fp32 with it, about half a second a step; benchmarks/train_speed.py)."""
     torch.backends.cuda.enable_cudnn_sdp(False)
 
 
