@@ -89,7 +89,7 @@ def adamw(model: torch.nn.Module, device: torch.device) -> torch.optim.AdamW:
 
 class Ours:
     def __init__(self, vocab: int, precision: str, engine=FAST, device: str = "cpu",
-                 compile: bool = False):
+                 compiled: bool = False):
         torch.manual_seed(0)
         cfg = TransformerConfig(dropout=0.1)
         self.engine, self.device = engine, torch.device(device)
@@ -98,7 +98,7 @@ class Ours:
         self.opt = adamw(self.model, self.device)
         self.precision = precision
         self.params = count_parameters(self.model)
-        self.forward = torch.compile(self.model) if compile else self.model
+        self.forward = torch.compile(self.model) if compiled else self.model
 
     def step(self, batch) -> None:
         with autocast(self.device, self.precision):
@@ -144,14 +144,14 @@ class Marian:
 
 
 def build_systems(vocab: int, precisions: list[str], device: str = "cpu",
-                  compile: bool = False) -> dict:
+                  compiled: bool = False) -> dict:
     """Ours in each precision with the fast engine and the plain one (and the plain one
-    compiled, with `compile`); the peer in each."""
+    compiled, with `compiled`); the peer in each."""
     systems = {}
     for precision in precisions:
         systems[f"ours {precision} fast"] = Ours(vocab, precision, FAST, device)
         systems[f"ours {precision} plain"] = Ours(vocab, precision, PLAIN, device)
-        if compile:
+        if compiled:
             systems[f"ours {precision} compiled"] = Ours(vocab, precision, PLAIN, device, True)
     try:
         for precision in precisions:

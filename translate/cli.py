@@ -392,8 +392,6 @@ def tune_beam(checkpoint, split, data_path, beams, lenpens, output, early_exit, 
                    f"({point.sentences_per_s:.0f} sentences/s)", err=True)
 
     try:
-        if data_path:
-            os.environ.pop("TRANSLATE_DATA", None)
         sweep = sweep_beams(checkpoint, split, beams, lenpens, data_path, device, precision,
                             engine, early_exit, report)
         written = write_sweep(sweep, output) if output else []

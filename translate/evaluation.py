@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
@@ -42,20 +42,26 @@ def evaluate_split(model: nn.Module, tokenizer: Tokenizer, sources: Sequence[str
     return SplitResult(hyps, score(hyps, references, tgt_lang), seconds)
 
 
-def score_checkpoint(checkpoint: str, splits: Sequence[str] = (), data_path: str | None = None,
-                     device: str | None = None, beam: int | None = None,
-                     lenpen: float | None = None, precision: str | None = None,
-                     engine: str = "auto", progress: bool = False,
-                     early_exit: bool | None = None) -> dict[str, Scores]:
-    """`translate evaluate CHECKPOINT`: the checkpoint's scores on `splits` (default: its
-    recipe's test splits), read from `data_path` instead of the recipe's dataset if given.
-    Unset decoding options come from the recipe."""
+@dataclass
+class ReadyCheckpoint:
+    """A checkpoint loaded and its model prepared for decoding, as `translate evaluate` does."""
+
+    loaded: Any  # translate.checkpoint.Loaded
+    model: nn.Module
+    device: torch.device
+    precision: str
+    engine: Engine
+    data: Any  # translate.config.DataConfig: the recipe's, with --data's dataset if given
+
+
+def ready_checkpoint(checkpoint: str, data_path: str | None = None, device: str | None = None,
+                     precision: str | None = None, engine: str = "auto") -> ReadyCheckpoint:
+    """Load `checkpoint` and prepare its model for `precision` (default: the recipe's) and
+    `engine`; its splits are read from `data_path` instead of the recipe's dataset if given."""
     import os
     from dataclasses import replace
 
     from translate.checkpoint import load_checkpoint
-    from translate.config import decode_options
-    from translate.data import load_split
     from translate.engine import resolve_engine
     from translate.inference import decoding_model
     from translate.utils import pick_device
@@ -69,12 +75,27 @@ def score_checkpoint(checkpoint: str, splits: Sequence[str] = (), data_path: str
         os.environ.pop("TRANSLATE_DATA", None)
     model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
                                       dev, resolved)
-    decode_cfg = decode_options(loaded.recipe.decode, beam=beam, lenpen=lenpen,
+    return ReadyCheckpoint(loaded, model, dev, precision, resolved, data_cfg)
+
+
+def score_checkpoint(checkpoint: str, splits: Sequence[str] = (), data_path: str | None = None,
+                     device: str | None = None, beam: int | None = None,
+                     lenpen: float | None = None, precision: str | None = None,
+                     engine: str = "auto", progress: bool = False,
+                     early_exit: bool | None = None) -> dict[str, Scores]:
+    """`translate evaluate CHECKPOINT`: the checkpoint's scores on `splits` (default: its
+    recipe's test splits), read from `data_path` instead of the recipe's dataset if given.
+    Unset decoding options come from the recipe."""
+    from translate.config import decode_options
+    from translate.data import load_split
+
+    ready = ready_checkpoint(checkpoint, data_path, device, precision, engine)
+    decode_cfg = decode_options(ready.loaded.recipe.decode, beam=beam, lenpen=lenpen,
                                 early_exit=early_exit)
     results = {}
-    for split in splits or data_cfg.test_splits:
-        src, ref = load_split(data_cfg, split)
-        results[split] = evaluate_split(model, loaded.tokenizer, src, ref, decode_cfg,
-                                        data_cfg.tgt_lang, dev, precision, resolved,
-                                        progress=progress).scores
+    for split in splits or ready.data.test_splits:
+        src, ref = load_split(ready.data, split)
+        results[split] = evaluate_split(ready.model, ready.loaded.tokenizer, src, ref, decode_cfg,
+                                        ready.data.tgt_lang, ready.device, ready.precision,
+                                        ready.engine, progress=progress).scores
     return results

@@ -17,13 +17,10 @@ from typing import Callable, Sequence
 
 from translate.analysis.plots import pyplot, save_figure
 from translate.analysis.report import markdown_table
-from translate.checkpoint import load_checkpoint
 from translate.config import ConfigError, decode_options
 from translate.data import load_split
-from translate.engine import resolve_engine
-from translate.evaluation import evaluate_split
-from translate.inference import decoding_model, translate_sentences
-from translate.utils import pick_device
+from translate.evaluation import evaluate_split, ready_checkpoint
+from translate.inference import translate_sentences
 
 log = logging.getLogger(__name__)
 WARM_UP = 64  # sentences decoded once, untimed, before the grid
@@ -78,21 +75,14 @@ def sweep_beams(checkpoint: str, split: str = "dev", beams: Sequence[int] = (1, 
     """Decode `split` with every (beam, length penalty) of the grid; `report` hears each result.
 
     Unset options come from the checkpoint's recipe, as in `translate evaluate`."""
-    dev = pick_device(device)
-    loaded = load_checkpoint(checkpoint, dev)
-    data_cfg = loaded.recipe.data
-    check_dev_split(split, data_cfg.test_splits)
-    if data_path:
-        data_cfg = replace(data_cfg, dataset=data_path)
-    src, ref = load_split(data_cfg, split)
-    resolved = resolve_engine(engine, dev)
-    model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
-                                      dev, resolved)
-    base = decode_options(loaded.recipe.decode, early_exit=early_exit)
+    ready = ready_checkpoint(checkpoint, data_path, device, precision, engine)
+    check_dev_split(split, ready.loaded.recipe.data.test_splits)
+    src, ref = load_split(ready.data, split)
+    base = decode_options(ready.loaded.recipe.decode, early_exit=early_exit)
     # untimed: the first decode builds the kernels for its shapes, which would slow the first
     # setting's sentences/s alone
-    translate_sentences(model, loaded.tokenizer, src[:WARM_UP], base, dev, precision,
-                        engine=resolved)
+    translate_sentences(ready.model, ready.loaded.tokenizer, src[:WARM_UP], base, ready.device,
+                        ready.precision, engine=ready.engine)
     points, signature = [], ""
     for beam in sorted(set(beams)):
         greedy = None
@@ -102,16 +92,18 @@ def sweep_beams(checkpoint: str, split: str = "dev", beams: Sequence[int] = (1, 
                 report(points[-1])
                 continue
             cfg = decode_options(base, beam=beam, lenpen=lenpen)
-            result = evaluate_split(model, loaded.tokenizer, src, ref, cfg, data_cfg.tgt_lang,
-                                    dev, precision, resolved)
+            result = evaluate_split(ready.model, ready.loaded.tokenizer, src, ref, cfg,
+                                    ready.data.tgt_lang, ready.device, ready.precision,
+                                    ready.engine)
             s, signature = result.scores, result.scores.bleu_signature
             points.append(SweepPoint(beam, lenpen, s.bleu, s.chrf, s.length_ratio,
                                      len(src) / max(result.seconds, 1e-9)))
             report(points[-1])
             if beam == 1:
                 greedy = points[-1]
-    return BeamSweep(str(checkpoint), split, len(src), precision, base.early_exit,
-                     loaded.recipe.decode.beam, loaded.recipe.decode.lenpen, signature, points)
+    return BeamSweep(str(checkpoint), split, len(src), ready.precision, base.early_exit,
+                     ready.loaded.recipe.decode.beam, ready.loaded.recipe.decode.lenpen, signature,
+                     points)
 
 
 def sweep_table(sweep: BeamSweep) -> str:
