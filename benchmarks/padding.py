@@ -2,6 +2,8 @@
 
     python benchmarks/padding.py --data ../shared/data/multi30k --widths 1,2,3,4 \
         --json benchmarks/results/padding.json
+    python benchmarks/padding.py --data ../shared/data/multi30k --widths 1 \
+        --sampling-alphas 0.1,0.2,0.3,0.5,1 --json benchmarks/results/padding-sampling.json
 
 The recipe's data are prepared as `translate train` prepares them (its tokenizer trained, the
 train split cleaned, encoded and length-filtered), and one epoch's batches are built by
@@ -10,6 +12,12 @@ orders by target length rounded up to a multiple of w, then source length: coars
 buckets with sources sorted inside them, the usual trade of target padding for source padding.
 A padded target token costs about twice a source token (decoder layers and the output layer
 against encoder layers), so the figure to watch is the weighted waste printed last.
+
+With `--sampling-alphas`, the same epoch's batches (width 1) are segmented afresh as subword
+sampling (`tokenizer.sampling_alpha`) does in training: batches are formed from the one best
+lengths, so the drawn ones hold more pieces and pad more. Printed per alpha: pieces drawn per
+piece of the one best, the batches' token slots against the one best's (what a step computes),
+and the weighted waste.
 """
 
 from __future__ import annotations
@@ -22,7 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from translate.batching import token_batches
+from translate.batching import EncodedPairs
 from translate.config import load_recipe
+from translate.tokenizer import SubwordSampler, Tokenizer
 from translate.training import prepare_data
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes/multi30k/transformer.yaml"
@@ -45,16 +55,48 @@ def padding(src: np.ndarray, tgt: np.ndarray, max_tokens: int, width: int, seed:
             "tgt_real": real["tgt"] / slots["tgt"], "weighted_waste": (src_waste + 2 * tgt_waste) / 3}
 
 
+def sampled_padding(pairs: EncodedPairs, tokenizer: Tokenizer, alpha: float, nbest: int,
+                    max_tokens: int, max_len: int, seed: int) -> dict:
+    """One epoch's batches, formed from the one best lengths, segmented afresh by sampling:
+    pieces and token slots against the one best's, and the weighted waste."""
+    kept = pairs.indices()
+    sampler = SubwordSampler(tokenizer, alpha, nbest, max_len)
+    batches = token_batches(pairs.src.lengths[kept], pairs.tgt.lengths[kept], max_tokens,
+                            shuffle=True, seed=seed)
+    real = {(k, side): 0 for k in ("best", "drawn") for side in ("src", "tgt")}
+    slots = dict(real)
+    for i in range(len(batches)):
+        ids = kept[batches[i]]
+        best = ([pairs.src[j] for j in ids], [pairs.tgt[j] for j in ids])
+        for kind, sides in (("best", best), ("drawn", sampler(*best))):
+            for side, seqs in zip(("src", "tgt"), sides):
+                lengths = [len(seq) for seq in seqs]
+                real[kind, side] += sum(lengths)
+                slots[kind, side] += len(lengths) * max(lengths)
+    waste = {side: 1 - real["drawn", side] / slots["drawn", side] for side in ("src", "tgt")}
+    return {"alpha": alpha, "nbest": nbest,
+            "pieces": sum(real[k] for k in real if k[0] == "drawn") /
+            sum(real[k] for k in real if k[0] == "best"),
+            "slots": sum(slots[k] for k in slots if k[0] == "drawn") /
+            sum(slots[k] for k in slots if k[0] == "best"),
+            "weighted_waste": (waste["src"] + 2 * waste["tgt"]) / 3}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", required=True, help="local dataset folder (or hub name)")
     parser.add_argument("--recipe", default=str(RECIPE))
     parser.add_argument("--widths", default="1,2,3,4", help="target bucket widths to compare")
+    parser.add_argument("--sampling-alphas", default="",
+                        help="subword sampling alphas to measure, e.g. 0.1,0.3 (unigram or bpe)")
+    parser.add_argument("--sampling-nbest", type=int, default=0,
+                        help="unigram: draw from the N best segmentations (0: all)")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
     recipe = load_recipe(args.recipe, [f"data.dataset={args.data}"])
     with tempfile.TemporaryDirectory() as run_dir:
-        pairs = prepare_data(recipe, Path(run_dir)).train
+        data = prepare_data(recipe, Path(run_dir))
+    pairs = data.train
     kept = pairs.indices()  # the pairs the length filter keeps, as training uses them
     src = pairs.src.lengths[kept].astype(np.int64)
     tgt = pairs.tgt.lengths[kept].astype(np.int64)
@@ -65,9 +107,21 @@ def main() -> None:
     for r in rows:
         print(f"{r['width']:>5}  {r['batches']:>7}  {r['src_real']:>11.1%}  {r['tgt_real']:>11.1%}"
               f"  {r['weighted_waste']:>14.1%}")
+    sampled = [sampled_padding(pairs, data.tokenizer, float(a), args.sampling_nbest,
+                               recipe.train.max_tokens, recipe.data.max_len,
+                               recipe.train.seed * 1000 + 1)
+               for a in args.sampling_alphas.split(",") if a]
+    if sampled:
+        print(f"subword sampling ({recipe.tokenizer.model_type}, nbest "
+              f"{args.sampling_nbest or 'all'}), the same batches segmented afresh")
+        print("alpha  pieces drawn per one best piece  token slots  weighted waste")
+        for r in sampled:
+            print(f"{r['alpha']:>5g}  {r['pieces']:>31.3f}  {r['slots']:>11.3f}"
+                  f"  {r['weighted_waste']:>14.1%}")
     if args.json:
         Path(args.json).write_text(json.dumps({"recipe": args.recipe, "pairs": len(pairs),
-                                               "rows": rows}, indent=2) + "\n")
+                                               "rows": rows, "sampling": sampled},
+                                              indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,12 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+from conftest import read_jsonl
+from translate.batching import encode_pairs
+from translate.config import TokenizerConfig
+from translate.tokenizer import Tokenizer
 
 _spec = importlib.util.spec_from_file_location(
     "padding", Path(__file__).resolve().parents[1] / "benchmarks" / "padding.py")
@@ -31,3 +37,19 @@ def test_wider_target_buckets_sort_sources_inside_them():
     assert exact["batches"] == wide["batches"] == 2
     assert math.isclose(exact["src_real"], 20 / 36) and math.isclose(wide["src_real"], 1.0)
     assert wide["tgt_real"] < exact["tgt_real"] == 1.0
+
+
+def test_subword_sampling_grows_the_same_batches_pieces_and_padding(small_data):
+    rows = read_jsonl(small_data / "train.jsonl", 600)
+    en, de = [r["en"] for r in rows], [r["de"] for r in rows]
+    tok = Tokenizer.train(en, de, TokenizerConfig(vocab_size=1000))
+    pairs = encode_pairs(tok, en, de)
+    sharp = bench.sampled_padding(pairs, tok, 10.0, 0, max_tokens=800, max_len=100, seed=0)
+    flat = bench.sampled_padding(pairs, tok, 0.1, 0, max_tokens=800, max_len=100, seed=0)
+    # alpha 10 draws the one best nearly always: its batches are the one best's
+    assert sharp["pieces"] == pytest.approx(1.0, abs=0.005)
+    assert sharp["slots"] == pytest.approx(1.0, abs=0.01)
+    # alpha 0.1: more pieces, and the batches, formed from the one best lengths, pad more
+    assert flat["pieces"] > 1.3
+    assert flat["slots"] > flat["pieces"]
+    assert flat["weighted_waste"] > sharp["weighted_waste"] + 0.05

@@ -139,6 +139,13 @@ class SubwordSampler:
         """EOS-ended one best ids of a batch's pairs -> ids drawn afresh, EOS-ended."""
         return self._draw(self.tokenizer.src, src), self._draw(self.tokenizer.tgt, tgt)
 
+    def length_ratio(self, src: Sequence[np.ndarray], tgt: Sequence[np.ndarray]) -> float:
+        """Pieces drawn per piece of the one best, over these pairs' two sides: sampled batches
+        outgrow `train.max_tokens` by about this factor."""
+        drawn_src, drawn_tgt = self(src, tgt)
+        drawn = sum(map(len, drawn_src)) + sum(map(len, drawn_tgt))
+        return drawn / max(sum(map(len, src)) + sum(map(len, tgt)), 1)
+
     def _draw(self, model: spm.SentencePieceProcessor, seqs: Sequence[np.ndarray]
               ) -> list[list[int]]:
         one_best = [np.asarray(seq).tolist() for seq in seqs]

@@ -1,6 +1,7 @@
 """Subword regularization: training pairs segmented afresh by sampling each time they are batched."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -39,6 +40,20 @@ def test_sampler_draws_other_segmentations_of_the_same_text(texts, model_type, a
         longer = sum(map(len, drawn)) / sum(map(len, best))
         assert 1.02 < longer < 3.0, longer  # smaller pieces on average
     assert sampler(src, tgt)[1] != drawn_tgt  # drawn afresh at every call
+
+
+def test_length_ratio_measures_how_much_smaller_the_drawn_pieces_are(texts):
+    en, de = texts
+    tok = Tokenizer.train(en, de, TokenizerConfig(vocab_size=1000))
+    src, tgt = one_best(tok, en[:500], de[:500])
+    ratios = [SubwordSampler(tok, alpha).length_ratio(src, tgt) for alpha in (0.1, 0.3, 1.0, 10.0)]
+    # a smaller alpha flattens the distribution: more, smaller pieces; a large one keeps the best
+    assert 1.4 < ratios[0] and ratios[0] > ratios[1] + 0.2 > ratios[2] + 0.2, ratios
+    assert ratios[3] == pytest.approx(1.0, abs=0.002), ratios
+    drawn_src, drawn_tgt = SubwordSampler(tok, 0.1)(src, tgt)
+    by_hand = (sum(map(len, drawn_src)) + sum(map(len, drawn_tgt))) / (
+        sum(map(len, src)) + sum(map(len, tgt)))
+    assert by_hand == pytest.approx(ratios[0], abs=0.05)  # draws differ; their sizes hardly
 
 
 def test_sampler_keeps_the_one_best_when_it_cannot_sample(texts):
@@ -94,6 +109,9 @@ def test_a_sampled_run_learns_on_more_and_smaller_pieces(recipe_path, small_data
     plain = train_records(run(recipe_path, small_data, tmp_path / "one_best",
                               [o for o in SAMPLED if "sampling" not in o]))
     assert sampled[-1]["loss"] < sampled[0]["loss"] - 1.0  # it learns
+    log = (tmp_path / "sampled" / "train.log").read_text(encoding="utf-8")
+    ratio = float(re.search(r"subword sampling: ([0-9.]+) pieces drawn per piece", log)[1])
+    assert 1.1 < ratio < 3.0, ratio  # alpha 0.1: much smaller pieces
     # the same batches of pairs, segmented into more, smaller pieces: more target tokens
     for ours, theirs in zip(sampled, plain):
         assert ours["step_tokens"] > theirs["step_tokens"] * 1.1

@@ -98,6 +98,13 @@ class Trainer:
         tok = recipe.tokenizer
         self.sampler = None if tok.sampling_alpha is None else SubwordSampler(
             self.tokenizer, tok.sampling_alpha, tok.sampling_nbest, recipe.data.max_len)
+        if self.sampler is not None and world.is_main:
+            some = self.train_pairs.indices()[:2000]
+            ratio = self.sampler.length_ratio([self.train_pairs.src[i] for i in some],
+                                              [self.train_pairs.tgt[i] for i in some])
+            log.info("subword sampling: %.2f pieces drawn per piece of the one best (%d train "
+                     "pairs); batches hold about as many more than train.max_tokens", ratio,
+                     len(some))
         self.corpus_key = data.corpus_key
         model = build_model(recipe.model, self.tokenizer.src_vocab_size,
                             self.tokenizer.tgt_vocab_size, self.tokenizer.joint)
