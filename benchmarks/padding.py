@@ -29,8 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from translate.batching import token_batches
-from translate.batching import EncodedPairs
+from translate.batching import EncodedPairs, token_batches
 from translate.config import load_recipe
 from translate.tokenizer import SubwordSampler, Tokenizer
 from translate.training import prepare_data
@@ -63,23 +62,19 @@ def sampled_padding(pairs: EncodedPairs, tokenizer: Tokenizer, alpha: float, nbe
     sampler = SubwordSampler(tokenizer, alpha, nbest, max_len)
     batches = token_batches(pairs.src.lengths[kept], pairs.tgt.lengths[kept], max_tokens,
                             shuffle=True, seed=seed)
-    real = {(k, side): 0 for k in ("best", "drawn") for side in ("src", "tgt")}
-    slots = dict(real)
+    real, slots = np.zeros((2, 2)), np.zeros((2, 2))  # [one best, drawn] x [src, tgt]
     for i in range(len(batches)):
         ids = kept[batches[i]]
         best = ([pairs.src[j] for j in ids], [pairs.tgt[j] for j in ids])
-        for kind, sides in (("best", best), ("drawn", sampler(*best))):
-            for side, seqs in zip(("src", "tgt"), sides):
+        for kind, sides in enumerate((best, sampler(*best))):
+            for side, seqs in enumerate(sides):
                 lengths = [len(seq) for seq in seqs]
                 real[kind, side] += sum(lengths)
                 slots[kind, side] += len(lengths) * max(lengths)
-    waste = {side: 1 - real["drawn", side] / slots["drawn", side] for side in ("src", "tgt")}
-    return {"alpha": alpha, "nbest": nbest,
-            "pieces": sum(real[k] for k in real if k[0] == "drawn") /
-            sum(real[k] for k in real if k[0] == "best"),
-            "slots": sum(slots[k] for k in slots if k[0] == "drawn") /
-            sum(slots[k] for k in slots if k[0] == "best"),
-            "weighted_waste": (waste["src"] + 2 * waste["tgt"]) / 3}
+    src_waste, tgt_waste = 1 - real[1] / slots[1]
+    return {"alpha": alpha, "nbest": nbest, "pieces": float(real[1].sum() / real[0].sum()),
+            "slots": float(slots[1].sum() / slots[0].sum()),
+            "weighted_waste": float((src_waste + 2 * tgt_waste) / 3)}
 
 
 def main() -> None:

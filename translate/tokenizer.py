@@ -141,7 +141,8 @@ class SubwordSampler:
 
     def length_ratio(self, src: Sequence[np.ndarray], tgt: Sequence[np.ndarray]) -> float:
         """Pieces drawn per piece of the one best, over these pairs' two sides: sampled batches
-        outgrow `train.max_tokens` by about this factor."""
+        hold this factor more tokens than `train.max_tokens`, and pad more besides
+        (benchmarks/padding.py --sampling-alphas)."""
         drawn_src, drawn_tgt = self(src, tgt)
         drawn = sum(map(len, drawn_src)) + sum(map(len, drawn_tgt))
         return drawn / max(sum(map(len, src)) + sum(map(len, tgt)), 1)

@@ -103,8 +103,8 @@ class Trainer:
             ratio = self.sampler.length_ratio([self.train_pairs.src[i] for i in some],
                                               [self.train_pairs.tgt[i] for i in some])
             log.info("subword sampling: %.2f pieces drawn per piece of the one best (%d train "
-                     "pairs); batches hold about as many more than train.max_tokens", ratio,
-                     len(some))
+                     "pairs); batches hold as many more tokens than train.max_tokens, and pad "
+                     "more", ratio, len(some))
         self.corpus_key = data.corpus_key
         model = build_model(recipe.model, self.tokenizer.src_vocab_size,
                             self.tokenizer.tgt_vocab_size, self.tokenizer.joint)
