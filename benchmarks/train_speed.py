@@ -82,9 +82,10 @@ def synchronize(device: str | torch.device) -> None:
 
 
 def adamw(model: torch.nn.Module, device: torch.device) -> torch.optim.AdamW:
-    """AdamW as both systems get it: the fused kernel on a GPU."""
+    """AdamW as both systems get it: the fused kernel, as `translate train` takes it on a GPU
+    and a CPU."""
     return torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98),
-                             fused=True if device.type == "cuda" else None)
+                             fused=True if device.type in ("cuda", "cpu") else None)
 
 
 class Ours:

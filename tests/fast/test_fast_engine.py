@@ -9,15 +9,18 @@ import torch
 import torch.nn.functional as F
 
 from translate.checkpoint import load_checkpoint
+from translate.config import TrainConfig
 from translate.engine import FAST, PLAIN, resolve_engine
 from translate.fast import accelerate
 from translate.fast.attention import explicit_attention, explicit_is_faster, sdpa
+from translate.fast.layers import ByteDropout, random_bytes
 from translate.fast.linear import PackedLinear, PackedWeights, linear
 from translate.fast.search import topk_rows
 from translate.inference import decode_sentences
 from translate.models import RNNConfig, TransformerConfig, build_model
 from translate.models.attention import padding_mask
 from translate.search import beam_search, greedy_search
+from translate.training.optim import make_optimizer
 
 V = 40
 CONFIGS = {"transformer": TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2,
@@ -163,6 +166,41 @@ def test_packed_linear_follows_weight_changes_and_copies():
     out = layer(x)  # autograd on: F.linear, gradients flow
     out.sum().backward()
     assert layer.weight.grad is not None and out.requires_grad
+
+
+def test_packed_linear_follows_the_fused_optimizers_steps():
+    """The fused AdamW kernel leaves the weights' versions alone; `make_optimizer` moves them, so
+    inference after a step uses the new weights, not the packed copy of the old ones."""
+    layer, x = PackedLinear(16, 24), torch.randn(3, 5, 16)
+    optimizer, _ = make_optimizer(layer, TrainConfig())
+    assert optimizer.defaults["fused"]  # the CPU's default
+    optimizer.param_groups[0]["lr"] = 0.1  # no warm-up
+    with torch.no_grad():
+        layer(x)  # packed now
+    for _ in range(2):
+        before = layer.weight.detach().clone()
+        layer(x).square().sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        assert not torch.equal(layer.weight, before)
+        with torch.no_grad():
+            torch.testing.assert_close(layer(x), x @ layer.weight.T + layer.bias)
+
+
+def test_random_bytes_are_uniform_and_dropout_keeps_the_expected_value():
+    counts = torch.bincount(random_bytes(256 * 4000).long(), minlength=256).double()
+    chi2 = ((counts - 4000) ** 2 / 4000).sum().item()
+    assert chi2 < 400, chi2  # 255 degrees of freedom: 400 is p < 1e-8; the top byte would fail
+    assert random_bytes(10).shape == (10,) and random_bytes(7 * 3 + 1).shape == (22,)
+    dropout = accelerate(torch.nn.Dropout(0.3)).train()
+    assert isinstance(dropout, ByteDropout)
+    x = torch.full((400, 1000), 2.0, requires_grad=True)
+    y = dropout(x)
+    kept = y != 0
+    assert abs(kept.double().mean().item() - (1 - 77 / 256)) < 0.005  # p rounded to 77 / 256
+    assert abs(y.double().mean().item() - 2.0) < 0.02  # inverted dropout: unbiased
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, kept * (256 / (256 - 77)))
 
 
 def test_layers_side_by_side_equal_each_layer_alone_in_every_mode():

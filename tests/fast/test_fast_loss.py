@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from translate.fast.loss import label_smoothed_cross_entropy as fast_loss
@@ -19,3 +20,13 @@ def test_hand_written_backward_equals_the_textbook_loss_value_and_gradient():
     torch.testing.assert_close(nll, ref_nll)
     torch.testing.assert_close(ours, logits.grad)
     assert torch.all(ours[0, 5:] == 0)
+
+
+def test_a_second_backward_through_the_loss_is_refused():
+    """Backward turns the saved log-probabilities into the gradient in place: a graph kept
+    for a second backward (retain_graph) would read them spent, so autograd refuses."""
+    logits = torch.randn(6, 30, requires_grad=True)
+    loss, _ = fast_loss(logits, torch.randint(1, 30, (6,)), 0.1, ignore_index=0)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()

@@ -2,10 +2,13 @@
 
 PyTorch's `F.cross_entropy(..., label_smoothing=eps)` builds several (N, V) temporaries for the
 smoothing term and its gradient; with an 8k vocabulary that was about a third of a CPU training
-step (benchmarks/train_speed.py). The loss here reads the logits twice forward and writes one
-(N, V) gradient backward, and is checked against `translate.loss` in tests/fast/test_loss.py.
+step (benchmarks/train_speed.py). The loss here makes one (N, V) tensor: forward, the
+log-probabilities (one fused `log_softmax`, where `logsumexp` takes four passes and a temporary),
+which backward turns into the gradient in place. Checked against `translate.loss` in
+tests/fast/test_fast_loss.py.
 
-    loss_i = lse_i - (1 - eps) * x_{i, y_i} - eps * mean_j x_ij        (= PyTorch's definition)
+    p_ij = log softmax(x_i)_j
+    loss_i = -(1 - eps) * p_{i, y_i} - eps * mean_j p_ij            (= PyTorch's definition)
     d loss_i / d x_ij = softmax(x_i)_j - (1 - eps) * [j == y_i] - eps / V
 """
 
@@ -17,25 +20,24 @@ import torch
 class _LabelSmoothedCE(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, target, epsilon, ignore_index):  # (N, V), (N,)
-        logits = logits.float()
-        lse = torch.logsumexp(logits, dim=-1)  # (N,)
+        log_probs = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
         valid = target != ignore_index  # (N,)
-        picked = logits.gather(1, target[:, None]).squeeze(1)  # (N,)
-        nll = (lse - picked) * valid
-        loss = nll - epsilon * (logits.mean(dim=-1) - picked) * valid
-        ctx.save_for_backward(logits, lse, target, valid)
+        picked = log_probs.gather(1, target[:, None]).squeeze(1)  # (N,)
+        nll = -picked * valid
+        loss = nll - epsilon * (log_probs.mean(dim=-1) - picked) * valid
+        ctx.save_for_backward(log_probs, target, valid)
         ctx.epsilon = epsilon
         ctx.mark_non_differentiable(nll)
         return loss.sum(), nll.sum()
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_nll):
-        logits, lse, target, valid = ctx.saved_tensors
-        eps, V = ctx.epsilon, logits.size(-1)
-        grad = torch.sub(logits, lse[:, None]).exp_()  # (N, V) softmax
-        grad.sub_(eps / V)
-        grad.scatter_add_(1, target[:, None], torch.full_like(lse[:, None], eps - 1.0))
-        grad.mul_((grad_loss * valid)[:, None])
+        log_probs, target, valid = ctx.saved_tensors
+        eps, V = ctx.epsilon, log_probs.size(-1)
+        scale = (grad_loss * valid)[:, None]  # (N, 1)
+        grad = log_probs.exp_()  # (N, V) softmax, in place: the graph is freed after backward
+        grad.sub_(eps / V).mul_(scale)
+        grad.scatter_add_(1, target[:, None], (eps - 1.0) * scale)
         return grad, None, None, None
 
 

@@ -7,6 +7,7 @@ from typing import Optional
 
 import torch
 from torch import nn
+from torch.autograd.graph import increment_version
 
 from translate.config import TrainConfig
 
@@ -53,15 +54,23 @@ class LRSchedule:
 def make_optimizer(model: nn.Module, cfg: TrainConfig, fused: Optional[bool] = None
                    ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW at `cfg.lr`, scaled each step by `LRSchedule(cfg.lr_schedule)`. `fused` (by
-    default on a GPU) takes the fused kernel: one launch for every parameter, and a step that
-    `step_unless` can skip on the device."""
+    default on a GPU and a CPU) takes the fused kernel: one pass over every parameter's weights
+    and moments (on a GPU one launch, and a step that `step_unless` can skip on the device)."""
     if fused is None:
-        fused = next(model.parameters()).device.type == "cuda"
+        fused = next(model.parameters()).device.type in ("cuda", "cpu")
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=1e-9,
                                   weight_decay=cfg.weight_decay, fused=fused or None)
+    if fused:  # its kernel leaves the weights' versions, which the fast engine's packs key on
+        optimizer.register_step_post_hook(_mark_weights_changed)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, LRSchedule(cfg.lr_schedule, cfg.warmup))
     return optimizer, scheduler
+
+
+def _mark_weights_changed(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+    """Move every weight's version, as an in-place update does (`PackedWeights` remakes its
+    packed copy when it moves)."""
+    increment_version([p for group in optimizer.param_groups for p in group["params"]])
 
 
 def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
