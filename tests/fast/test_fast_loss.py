@@ -30,3 +30,18 @@ def test_a_second_backward_through_the_loss_is_refused():
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+def test_bf16_logits_give_the_fp32_loss_of_their_values_and_a_bf16_gradient():
+    torch.manual_seed(0)
+    logits = torch.randn(5, 6, 30).bfloat16().requires_grad_(True)
+    target = torch.randint(1, 30, (5, 6))
+    loss, nll = fast_loss(logits, target, 0.1, ignore_index=0)
+    loss.backward()
+    wide = logits.detach().float().requires_grad_(True)
+    ref, ref_nll = plain_loss(wide, target, 0.1, ignore_index=0)
+    ref.backward()
+    assert loss.dtype == torch.float32 and logits.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(loss, ref)
+    torch.testing.assert_close(nll, ref_nll)
+    torch.testing.assert_close(logits.grad, wide.grad.bfloat16())

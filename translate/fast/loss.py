@@ -20,7 +20,7 @@ import torch
 class _LabelSmoothedCE(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, target, epsilon, ignore_index):  # (N, V), (N,)
-        log_probs = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
+        log_probs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)  # (N, V), cast inside
         valid = target != ignore_index  # (N,)
         picked = log_probs.gather(1, target[:, None]).squeeze(1)  # (N,)
         nll = -picked * valid
@@ -35,7 +35,7 @@ class _LabelSmoothedCE(torch.autograd.Function):
         log_probs, target, valid = ctx.saved_tensors
         eps, V = ctx.epsilon, log_probs.size(-1)
         scale = (grad_loss * valid)[:, None]  # (N, 1)
-        grad = log_probs.exp_()  # (N, V) softmax, in place: the graph is freed after backward
+        grad = log_probs.exp_()  # (N, V) softmax, in place: nothing reads them after this
         grad.sub_(eps / V).mul_(scale)
         grad.scatter_add_(1, target[:, None], (eps - 1.0) * scale)
         return grad, None, None, None
