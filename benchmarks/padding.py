@@ -37,21 +37,26 @@ from translate.training import prepare_data
 RECIPE = Path(__file__).resolve().parents[1] / "recipes/multi30k/transformer.yaml"
 
 
+def real_and_slots(lengths) -> np.ndarray:
+    """(2,) a batch side's real tokens and its token slots once padded to the longest."""
+    return np.array([sum(lengths), len(lengths) * max(lengths)], dtype=np.float64)
+
+
+def weighted_waste(src: np.ndarray, tgt: np.ndarray) -> float:
+    """Padding waste with a target slot counted twice; `src`, `tgt`: (2,) real, slots."""
+    return float(((1 - src[0] / src[1]) + 2 * (1 - tgt[0] / tgt[1])) / 3)
+
+
 def padding(src: np.ndarray, tgt: np.ndarray, max_tokens: int, width: int, seed: int) -> dict:
     """Real/padded token counts of one epoch's batches, ordering targets in buckets of `width`."""
     ordered_tgt = (tgt + width - 1) // width * width
     batches = token_batches(src, ordered_tgt, max_tokens, shuffle=True, seed=seed)
-    real = {"src": 0, "tgt": 0}
-    slots = {"src": 0, "tgt": 0}
+    counts = np.zeros((2, 2))  # [src, tgt] x [real, slots]
     for i in range(len(batches)):
         idx = batches[i]
-        for side, lengths in (("src", src), ("tgt", tgt)):
-            real[side] += int(lengths[idx].sum())
-            slots[side] += len(idx) * int(lengths[idx].max())
-    src_waste = 1 - real["src"] / slots["src"]
-    tgt_waste = 1 - real["tgt"] / slots["tgt"]
-    return {"width": width, "batches": len(batches), "src_real": real["src"] / slots["src"],
-            "tgt_real": real["tgt"] / slots["tgt"], "weighted_waste": (src_waste + 2 * tgt_waste) / 3}
+        counts += [real_and_slots(src[idx].tolist()), real_and_slots(tgt[idx].tolist())]
+    return {"width": width, "batches": len(batches), "src_real": counts[0, 0] / counts[0, 1],
+            "tgt_real": counts[1, 0] / counts[1, 1], "weighted_waste": weighted_waste(*counts)}
 
 
 def sampled_padding(pairs: EncodedPairs, tokenizer: Tokenizer, alpha: float, nbest: int,
@@ -62,19 +67,15 @@ def sampled_padding(pairs: EncodedPairs, tokenizer: Tokenizer, alpha: float, nbe
     sampler = SubwordSampler(tokenizer, alpha, nbest, max_len)
     batches = token_batches(pairs.src.lengths[kept], pairs.tgt.lengths[kept], max_tokens,
                             shuffle=True, seed=seed)
-    real, slots = np.zeros((2, 2)), np.zeros((2, 2))  # [one best, drawn] x [src, tgt]
+    counts = np.zeros((2, 2, 2))  # [one best, drawn] x [src, tgt] x [real, slots]
     for i in range(len(batches)):
         ids = kept[batches[i]]
         best = ([pairs.src[j] for j in ids], [pairs.tgt[j] for j in ids])
         for kind, sides in enumerate((best, sampler(*best))):
-            for side, seqs in enumerate(sides):
-                lengths = [len(seq) for seq in seqs]
-                real[kind, side] += sum(lengths)
-                slots[kind, side] += len(lengths) * max(lengths)
-    src_waste, tgt_waste = 1 - real[1] / slots[1]
-    return {"alpha": alpha, "nbest": nbest, "pieces": float(real[1].sum() / real[0].sum()),
-            "slots": float(slots[1].sum() / slots[0].sum()),
-            "weighted_waste": float((src_waste + 2 * tgt_waste) / 3)}
+            counts[kind] += [real_and_slots([len(seq) for seq in seqs]) for seqs in sides]
+    best, drawn = counts.sum(axis=1)  # (2,) each: real, slots over both sides
+    return {"alpha": alpha, "nbest": nbest, "pieces": float(drawn[0] / best[0]),
+            "slots": float(drawn[1] / best[1]), "weighted_waste": weighted_waste(*counts[1])}
 
 
 def main() -> None:

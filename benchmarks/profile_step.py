@@ -37,10 +37,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     tok, batches = make_batches(args.data, args.max_tokens, 4 + args.steps)
-    system = Ours(tok.tgt_vocab_size, "fp32", FAST if args.engine == "fast" else PLAIN)
-    for module in system.model.modules():
-        if isinstance(module, torch.nn.Dropout) and module.p > 0:
-            module.p = args.dropout
+    system = Ours(tok.tgt_vocab_size, "fp32", FAST if args.engine == "fast" else PLAIN,
+                  dropout=args.dropout)
     for batch in batches[:4]:
         system.step(batch)
     with profile(activities=[ProfilerActivity.CPU]) as prof:

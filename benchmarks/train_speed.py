@@ -90,9 +90,9 @@ def adamw(model: torch.nn.Module, device: torch.device) -> torch.optim.AdamW:
 
 class Ours:
     def __init__(self, vocab: int, precision: str, engine=FAST, device: str = "cpu",
-                 compiled: bool = False):
+                 compiled: bool = False, dropout: float = 0.1):
         torch.manual_seed(0)
-        cfg = TransformerConfig(dropout=0.1)
+        cfg = TransformerConfig(dropout=dropout)
         self.engine, self.device = engine, torch.device(device)
         self.model = engine.prepare(build_model(cfg, vocab, vocab, shared_vocab=True))
         self.model = self.model.to(self.device).train()
