@@ -183,7 +183,7 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
         if self.fuse_qkv and not cross:
             qkv = self._joined(x, "qkv_int8", [self.q_proj, self.k_proj, self.v_proj], "_qkv")
             heads = self._heads(qkv, 3)  # (B, T, 3, H, Dh)
-            q, k, v = heads.unbind(2)
+            q, k, v = heads.unbind(2)  # (B, T, H, Dh) x 3
             q, heads = q.flatten(2), heads[:, :, 1:]  # (B, T, D), (B, T, 2, H, Dh)
         else:
             q = self.q_proj(x)
@@ -195,10 +195,9 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
         if cross:  # kept as they are; `read` makes them contiguous if a later step reads them
             cache.k, cache.v = k, v
             return q, k, v
+        first = cache.kv is None  # then this step's own views serve, as in training
         kv = cache.extend(heads.permute(2, 0, 3, 1, 4))  # (2, B, H, S_past + T, Dh)
-        if kv.size(3) == k.size(2):  # nothing cached before: this step's own views
-            return q, k, v
-        return q, kv[0], kv[1]
+        return (q, k, v) if first else (q, kv[0], kv[1])
 
     def _heads(self, joined: torch.Tensor, n: int) -> torch.Tensor:
         """(B, L, n * D) -> (B, L, n, H, Dh), a view; taken apart with `unbind`, whose backward
