@@ -309,7 +309,7 @@ def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, early_
 
 
 @main.command()
-@click.argument("run_dirs", nargs=-1, required=True, type=click.Path())
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
 @click.option("--split", default="test_2016_flickr", show_default=True,
               help="Split every run decodes and is scored on.")
 @click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
@@ -322,12 +322,14 @@ def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, early_
 @click.option("--beam", type=click.IntRange(min=1), default=5, show_default=True,
               help="Every system's beam size; 1 = greedy.")
 @engine_option
-def compare(run_dirs, split, output, data_path, device, samples, beam, engine):
-    """Compare RUN_DIRS on one split and write a Markdown report; the first run is the baseline.
+def compare(runs, split, output, data_path, device, samples, beam, engine):
+    """Compare RUNS on one split and write a Markdown report; the first run is the baseline.
 
-    Each run's best.pt decodes the split now (beam 5 unless --beam says otherwise). The report
-    has a table per system, sacreBLEU's paired bootstrap test, BLEU by source length, learning curves, attention maps
-    and sample translations.
+    A run is a run folder, whose best.pt decodes, or a checkpoint inside one (an average of the
+    last checkpoints, say) with the folder's metrics log. Each decodes the split now (beam 5
+    unless --beam says otherwise). The report has a table per system, sacreBLEU's paired
+    bootstrap test, BLEU by source length, learning curves, attention maps and sample
+    translations.
     """
     from translate.analysis.compare import compare as run_compare
     from translate.analysis.report import findings
@@ -335,7 +337,7 @@ def compare(run_dirs, split, output, data_path, device, samples, beam, engine):
     try:
         if data_path:
             os.environ.pop("TRANSLATE_DATA", None)
-        results = run_compare(run_dirs, split, output, data_path, device, samples,
+        results = run_compare(runs, split, output, data_path, device, samples,
                               progress=sys.stderr.isatty(), engine=engine, beam=beam)
     except USER_ERRORS as e:
         _fail(e)

@@ -3,6 +3,7 @@
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -118,6 +119,42 @@ def test_attention_sentences_are_deterministic_and_medium_length():
 def test_markdown_cells_escape_pipes():
     table = markdown_table(["a", "b"], [["x | y", "two\nlines"]])
     assert table.splitlines()[2] == "| x \\| y | two lines |"
+
+
+def test_compare_takes_a_checkpoint_in_place_of_a_run_folder(trained_run, trained_rnn_run,
+                                                               small_data, tmp_path):
+    """An averaged checkpoint: it decodes, its folder's metrics log gives the curves."""
+    run_dir = Path(shutil.copytree(trained_rnn_run.run_dir, tmp_path / "rnn"))
+    averaged = CliRunner().invoke(main, ["average", str(run_dir), "--last", "2", "--raw"])
+    assert averaged.exit_code == 0, averaged.output
+    last = run_dir / "average_last2_raw.pt"
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["compare", str(trained_run.run_dir), str(last),
+                                       "--data", str(small_data), "-o", str(out),
+                                       "--samples", "0", "--beam", "1"])
+    assert result.exit_code == 0, result.output
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    best, named = results["systems"]
+    assert (best["checkpoint"], named["checkpoint"]) == ("best.pt", "average_last2_raw.pt")
+    assert named["name"] == "rnn-average_last2_raw"
+    assert named["step"] == load_checkpoint(last).step and named["steps"] > 0
+    evaluated = CliRunner().invoke(main, ["evaluate", str(last), "--split", "test_2016_flickr",
+                                          "--data", str(small_data), "--beam", "1", "--json"])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert named["bleu"] == json.loads(evaluated.stdout)["test_2016_flickr"]["bleu"]
+    assert "| average_last2_raw.pt |" in (out / "report.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("given, message", [("missing.pt", "checkpoint not found: "),
+                                            ("metrics.jsonl",
+                                             "neither a run folder nor a .pt checkpoint: ")])
+def test_compare_names_a_bad_checkpoint_path_in_one_line(given, message, trained_run, small_data,
+                                                         tmp_path):
+    path = trained_run.run_dir / given
+    result = CliRunner().invoke(main, ["compare", str(trained_run.run_dir), str(path),
+                                       "--data", str(small_data), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 1 and result.output == f"Error: {message}{path}\n"
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("breakage, file, message", [

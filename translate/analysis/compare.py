@@ -1,6 +1,7 @@
 """Compare trained systems on one test split: a Markdown report with tables, figures and JSON.
 
-`compare(run_dirs, split, output)` decodes the split with each run folder's best.pt, scores it with
+`compare(runs, split, output)` decodes the split with each run folder's best.pt (or a checkpoint
+named in its place, an average of the last checkpoints say), scores it with
 sacreBLEU, runs sacreBLEU's paired bootstrap resampling against the first run (the baseline), splits
 BLEU by source length, draws learning curves and attention maps (`analysis.attention`), and writes
 report.md, results.json, the figures and every system's hypotheses into `output`.
@@ -46,17 +47,26 @@ class Run:
     loaded: Loaded
     records: list[dict]  # its metrics log
     summary: dict  # training_summary(records)
+    checkpoint: Path  # what decodes: best.pt unless another checkpoint was named
 
 
-def open_run(run_dir: str | Path, name: str, device: torch.device) -> Run:
-    """The run's metrics log and best.pt, or a MetricsError / CheckpointError naming the file."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        problem = "is not a run folder" if run_dir.exists() else "not found"
-        raise CheckpointError(f"run folder {problem}: {run_dir}")
+def open_run(run: str | Path, name: str, device: torch.device) -> Run:
+    """A run folder's metrics log and best.pt, or a checkpoint file and its folder's metrics
+    log (an averaged checkpoint, say); a MetricsError / CheckpointError names what is wrong."""
+    path = Path(run)
+    if path.is_dir():
+        run_dir, checkpoint = path, path / "best.pt"
+    elif path.suffix == ".pt":
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint not found: {path}")
+        run_dir, checkpoint = path.parent, path
+    elif path.exists():
+        raise CheckpointError(f"neither a run folder nor a .pt checkpoint: {path}")
+    else:
+        raise CheckpointError(f"run folder not found: {path}")
     records = read_metrics(run_dir)
     summary = training_summary(records, run_dir / "metrics.jsonl")
-    return Run(name, run_dir, load_checkpoint(run_dir / "best.pt", device), records, summary)
+    return Run(name, run_dir, load_checkpoint(checkpoint, device), records, summary, checkpoint)
 
 
 def training_summary(records: list[dict], path: Path) -> dict:
@@ -90,8 +100,11 @@ def pick_sentences(src: Sequence[str], k: int, shortest: int = 6, longest: int =
 
 
 
-def _unique_names(run_dirs: Sequence[str | Path]) -> list[str]:
-    names = [Path(d).resolve().name for d in run_dirs]
+def _unique_names(runs: Sequence[str | Path]) -> list[str]:
+    """Each run folder's name; a checkpoint file's folder and file: `RUN-average_last5_raw`."""
+    paths = [Path(r).resolve() for r in runs]
+    names = [p.name if p.is_dir() or p.suffix != ".pt" else
+             p.parent.name if p.stem == "best" else f"{p.parent.name}-{p.stem}" for p in paths]
     return [f"{n}-{i + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
 
 
@@ -110,20 +123,23 @@ def _decode(run: Run, src: list[str], refs: list[str], device: torch.device, pro
     scores = result.scores
     return result.hypotheses, {
         "name": run.name, "arch": recipe.model.arch, "run_dir": str(run.run_dir),
+        "checkpoint": run.checkpoint.name,
         "parameters": count_parameters(model), "step": run.loaded.step, **run.summary,
         "bleu": scores.bleu, "chrf": scores.chrf, "bleu_signature": scores.bleu_signature,
         "chrf_signature": scores.chrf_signature, "precision": precision,
         "decode_seconds": result.seconds, "sentences_per_s": len(src) / result.seconds}
 
 
-def compare(run_dirs: Sequence[str | Path], split: str, output: str | Path,
+def compare(runs: Sequence[str | Path], split: str, output: str | Path,
             data: str | None = None, device: str | None = None, samples: int = 5,
             progress: bool = False, n_bootstrap: int = 1000, engine: str = "auto",
             beam: int = 5) -> dict:
-    """Decode `split` with every run's best.pt and write the report; returns results.json's dict.
+    """Decode `split` with every run's checkpoint and write the report; returns results.json's
+    dict.
 
     Args:
-        run_dirs: run folders (best.pt, metrics.jsonl); the first is the significance baseline.
+        runs: run folders (their best.pt and metrics.jsonl) or checkpoint files inside run
+            folders (with the folder's metrics.jsonl); the first is the significance baseline.
         split: the split to decode, read through the first run's data config.
         output: the report folder.
         data: a dataset (folder or hub name) instead of the first run's `data.dataset`.
@@ -133,7 +149,7 @@ def compare(run_dirs: Sequence[str | Path], split: str, output: str | Path,
     """
     pyplot()  # fail before decoding when matplotlib is missing
     dev = pick_device(device)
-    runs = [open_run(d, n, dev) for d, n in zip(run_dirs, _unique_names(run_dirs))]
+    runs = [open_run(r, n, dev) for r, n in zip(runs, _unique_names(runs))]
     decoder = resolve_engine(engine, dev)
     data_cfg = runs[0].loaded.recipe.data
     for run in runs[1:]:

@@ -61,7 +61,7 @@ def findings(results: dict) -> list[str]:
 def render_report(results: dict) -> str:
     """report.md from results.json's dict; figures are linked by relative path."""
     intro = (f"{results['sentences']} sentences of `{results['split']}` from "
-             f"`{results['dataset']}`, decoded now by every system's best.pt ({_setup(results)}). "
+             f"`{results['dataset']}`, decoded now by every system's checkpoint ({_setup(results)}). "
              "Scores are detokenized, cased sacreBLEU and chrF, every system against the same "
              "references.")
     curves = "Dev BLEU against training wall-clock and against steps, from each run's metrics log."
@@ -76,10 +76,11 @@ def render_report(results: dict) -> str:
 
 def _systems(results: dict) -> list[str]:
     systems = results["systems"]
-    header = ["system", "arch", "parameters", "training (min)", "steps",
+    header = ["system", "arch", "checkpoint", "parameters", "training (min)", "steps",
               "train tgt tok/s (median)", "best dev BLEU", "test BLEU", "test chrF",
               "decoding sent/s"]
-    rows = [[s["name"], s["arch"], f"{s['parameters']:,}", _num(s["train_minutes"], 1), s["steps"],
+    rows = [[s["name"], s["arch"], s["checkpoint"], f"{s['parameters']:,}",
+             _num(s["train_minutes"], 1), s["steps"],
              _num(s["train_tok_per_s"], 0), _num(s["best_dev_bleu"]), _num(s["bleu"]),
              _num(s["chrf"]), _num(s["sentences_per_s"], 1)] for s in systems]
     precision = ", ".join(f"{s['name']} {s['precision']}" for s in systems)
