@@ -195,7 +195,8 @@ def _resume_recipe(run_dir: str, overrides: tuple, data_path: str | None):
 
 @main.command()
 @click.argument("checkpoint", type=click.Path())
-@click.option("-i", "--input", "input_path", default="-", help="Source sentences, one a line (- = stdin).")
+@click.option("-i", "--input", "input_path", default="-",
+              help="Source sentences, one a line (- = stdin).")
 @click.option("-o", "--output", "output_path", default="-", help="Translations (- = stdout).")
 @beam_option
 @click.option("--nbest", type=click.IntRange(min=1), default=1, show_default=True,

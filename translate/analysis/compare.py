@@ -1,9 +1,9 @@
 """Compare trained systems on one test split: a Markdown report with tables, figures and JSON.
 
-`compare(runs, split, output)` decodes the split with each run folder's best.pt (or a checkpoint
-named in its place, an average of the last checkpoints say), scores it with
-sacreBLEU, runs sacreBLEU's paired bootstrap resampling against the first run (the baseline), splits
-BLEU by source length, draws learning curves and attention maps (`analysis.attention`), and writes
+`compare(run_paths, split, output)` decodes the split with each run folder's best.pt (or a
+checkpoint named in its place, an average of the last checkpoints say), scores it with sacreBLEU,
+runs sacreBLEU's paired bootstrap resampling against the first run (the baseline), splits BLEU by
+source length, draws learning curves and attention maps (`analysis.attention`), and writes
 report.md, results.json, the figures and every system's hypotheses into `output`.
 """
 
@@ -100,9 +100,9 @@ def pick_sentences(src: Sequence[str], k: int, shortest: int = 6, longest: int =
 
 
 
-def _unique_names(runs: Sequence[str | Path]) -> list[str]:
+def _unique_names(run_paths: Sequence[str | Path]) -> list[str]:
     """Each run folder's name; a checkpoint file's folder and file: `RUN-average_last5_raw`."""
-    paths = [Path(r).resolve() for r in runs]
+    paths = [Path(p).resolve() for p in run_paths]
     names = [p.name if p.is_dir() or p.suffix != ".pt" else
              p.parent.name if p.stem == "best" else f"{p.parent.name}-{p.stem}" for p in paths]
     return [f"{n}-{i + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
@@ -130,7 +130,7 @@ def _decode(run: Run, src: list[str], refs: list[str], device: torch.device, pro
         "decode_seconds": result.seconds, "sentences_per_s": len(src) / result.seconds}
 
 
-def compare(runs: Sequence[str | Path], split: str, output: str | Path,
+def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
             data: str | None = None, device: str | None = None, samples: int = 5,
             progress: bool = False, n_bootstrap: int = 1000, engine: str = "auto",
             beam: int = 5) -> dict:
@@ -138,7 +138,7 @@ def compare(runs: Sequence[str | Path], split: str, output: str | Path,
     dict.
 
     Args:
-        runs: run folders (their best.pt and metrics.jsonl) or checkpoint files inside run
+        run_paths: run folders (their best.pt and metrics.jsonl) or checkpoint files inside run
             folders (with the folder's metrics.jsonl); the first is the significance baseline.
         split: the split to decode, read through the first run's data config.
         output: the report folder.
@@ -149,7 +149,8 @@ def compare(runs: Sequence[str | Path], split: str, output: str | Path,
     """
     pyplot()  # fail before decoding when matplotlib is missing
     dev = pick_device(device)
-    runs = [open_run(r, n, dev) for r, n in zip(runs, _unique_names(runs))]
+    runs = [open_run(path, name, dev)
+            for path, name in zip(run_paths, _unique_names(run_paths))]
     decoder = resolve_engine(engine, dev)
     data_cfg = runs[0].loaded.recipe.data
     for run in runs[1:]:
@@ -175,8 +176,8 @@ def compare(runs: Sequence[str | Path], split: str, output: str | Path,
     buckets = bleu_by_length(src, refs, hyps)
     results = {
         "split": split, "dataset": resolve_dataset(data_cfg), "sentences": len(src),
-        "device": str(dev),
-        "threads": torch.get_num_threads(), "decoding": "greedy" if beam == 1 else f"beam {beam}", "systems": rows,
+        "device": str(dev), "threads": torch.get_num_threads(),
+        "decoding": "greedy" if beam == 1 else f"beam {beam}", "systems": rows,
         "significance": paired_bootstrap(list(hyps), list(hyps.values()), refs, n_bootstrap),
         "length_buckets": buckets,
         "samples": [{"index": i, "source": src[i], "reference": refs[i],

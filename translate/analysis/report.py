@@ -61,7 +61,8 @@ def findings(results: dict) -> list[str]:
 def render_report(results: dict) -> str:
     """report.md from results.json's dict; figures are linked by relative path."""
     intro = (f"{results['sentences']} sentences of `{results['split']}` from "
-             f"`{results['dataset']}`, decoded now by every system's checkpoint ({_setup(results)}). "
+             f"`{results['dataset']}`, decoded now by every system's checkpoint "
+             f"({_setup(results)}). "
              "Scores are detokenized, cased sacreBLEU and chrF, every system against the same "
              "references.")
     curves = "Dev BLEU against training wall-clock and against steps, from each run's metrics log."
