@@ -50,20 +50,24 @@ class Run:
     checkpoint: Path  # what decodes: best.pt unless another checkpoint was named
 
 
-def open_run(run: str | Path, name: str, device: torch.device) -> Run:
-    """A run folder's metrics log and best.pt, or a checkpoint file and its folder's metrics
-    log (an averaged checkpoint, say); a MetricsError / CheckpointError names what is wrong."""
+def locate(run: str | Path) -> tuple[Path, Path]:
+    """(run folder, checkpoint) of a run folder (its best.pt) or of a checkpoint file inside
+    one (an averaged checkpoint, say); a CheckpointError names a path that is neither."""
     path = Path(run)
     if path.is_dir():
-        run_dir, checkpoint = path, path / "best.pt"
-    elif path.suffix == ".pt":
+        return path, path / "best.pt"
+    if path.suffix == ".pt":
         if not path.is_file():
             raise CheckpointError(f"checkpoint not found: {path}")
-        run_dir, checkpoint = path.parent, path
-    elif path.exists():
+        return path.parent, path
+    if path.exists():
         raise CheckpointError(f"neither a run folder nor a .pt checkpoint: {path}")
-    else:
-        raise CheckpointError(f"run folder not found: {path}")
+    raise CheckpointError(f"run folder not found: {path}")
+
+
+def open_run(run_dir: Path, checkpoint: Path, name: str, device: torch.device) -> Run:
+    """The run's metrics log and checkpoint, or a MetricsError / CheckpointError naming the
+    file."""
     records = read_metrics(run_dir)
     summary = training_summary(records, run_dir / "metrics.jsonl")
     return Run(name, run_dir, load_checkpoint(checkpoint, device), records, summary, checkpoint)
@@ -100,11 +104,10 @@ def pick_sentences(src: Sequence[str], k: int, shortest: int = 6, longest: int =
 
 
 
-def _unique_names(run_paths: Sequence[str | Path]) -> list[str]:
-    """Each run folder's name; a checkpoint file's folder and file: `RUN-average_last5_raw`."""
-    paths = [Path(p).resolve() for p in run_paths]
-    names = [p.name if p.is_dir() or p.suffix != ".pt" else
-             p.parent.name if p.stem == "best" else f"{p.parent.name}-{p.stem}" for p in paths]
+def _unique_names(located: Sequence[tuple[Path, Path]]) -> list[str]:
+    """Each run folder's name, with a checkpoint other than best.pt: `RUN-average_last5_raw`."""
+    names = [run_dir.resolve().name + ("" if ckpt.name == "best.pt" else f"-{ckpt.stem}")
+             for run_dir, ckpt in located]
     return [f"{n}-{i + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
 
 
@@ -149,8 +152,8 @@ def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
     """
     pyplot()  # fail before decoding when matplotlib is missing
     dev = pick_device(device)
-    runs = [open_run(path, name, dev)
-            for path, name in zip(run_paths, _unique_names(run_paths))]
+    located = [locate(path) for path in run_paths]
+    runs = [open_run(*where, name, dev) for where, name in zip(located, _unique_names(located))]
     decoder = resolve_engine(engine, dev)
     data_cfg = runs[0].loaded.recipe.data
     for run in runs[1:]:
