@@ -481,12 +481,15 @@ def serve(checkpoint, host, port, device, precision, engine, **limits):
               type=click.Path(dir_okay=False), help="PNG file to write.")
 @click.option("--monitor", default="test_2016_flickr", show_default=True,
               help="Also draw this monitored split's BLEU where the runs logged it.")
-def curve(run_dirs, output, monitor):
-    """Plot dev BLEU against training wall-clock for one or more RUN_DIRS."""
+@click.option("--x", "x", type=click.Choice(["minutes", "steps"]), default="minutes",
+              show_default=True, help="The x axis: training wall-clock, or optimizer steps "
+              "(which compare runs made on machines of different speed).")
+def curve(run_dirs, output, monitor, x):
+    """Plot dev BLEU against training wall-clock (or steps) for one or more RUN_DIRS."""
     from translate.analysis.plots import MetricsError, plot_learning_curves
 
     try:
-        click.echo(f"wrote {plot_learning_curves(list(run_dirs), output, monitor)}")
+        click.echo(f"wrote {plot_learning_curves(list(run_dirs), output, monitor, x)}")
     except (MetricsError, OSError) as e:
         _fail(e)
 

@@ -53,24 +53,38 @@ def _check_record(record, where: str) -> None:
                                f"'{key}', not a number")
 
 
+# What a learning curve's x axis can be: the value read from a "valid" record, and its label.
+CURVE_AXES = {
+    "minutes": (lambda r: r["elapsed"] / 60, "training wall-clock (minutes, validation included)"),
+    "steps": (lambda r: r["step"], "training steps (optimizer updates)"),
+}
+
+
+def learning_curve(valid: list[dict], x: str = "minutes", key: str = "dev_bleu"
+                   ) -> tuple[list[float], list[float]]:
+    """The points of one run's curve: `x` ("minutes" or "steps") and `key`'s value of each
+    "valid" record."""
+    position = CURVE_AXES[x][0]
+    return [position(r) for r in valid], [r[key] for r in valid]
+
+
 def plot_learning_curves(run_dirs: list[str | Path], output: str | Path,
-                         monitor: str = "test_2016_flickr") -> Path:
-    """Dev BLEU (solid) and, where logged, a monitored split's BLEU (dashed) against minutes."""
+                         monitor: str = "test_2016_flickr", x: str = "minutes") -> Path:
+    """Dev BLEU (solid) and, where logged, a monitored split's BLEU (dashed) against minutes or
+    steps (`x`): steps compare runs made on machines of different speed."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=130)
     for run_dir in run_dirs:
         valid = [r for r in read_metrics(run_dir) if r["kind"] == "valid"]
         if not valid:
             raise MetricsError(f"{Path(run_dir) / 'metrics.jsonl'}: no validation records")
-        minutes = [r["elapsed"] / 60 for r in valid]
         name = Path(run_dir).name
-        line, = ax.plot(minutes, [r["dev_bleu"] for r in valid], marker="o", ms=3,
-                        label=f"{name}: dev BLEU")
+        line, = ax.plot(*learning_curve(valid, x), marker="o", ms=3, label=f"{name}: dev BLEU")
         key = f"{monitor}_bleu"
         if all(key in r for r in valid):
-            ax.plot(minutes, [r[key] for r in valid], ls="--", color=line.get_color(),
+            ax.plot(*learning_curve(valid, x, key), ls="--", color=line.get_color(),
                     label=f"{name}: {monitor} BLEU")
-    ax.set_xlabel("training wall-clock (minutes, validation included)")
+    ax.set_xlabel(CURVE_AXES[x][1])
     ax.set_ylabel("sacreBLEU (detokenized, cased, greedy)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -107,11 +121,10 @@ def plot_dev_curves(curves: dict[str, list[dict]], output: str | Path) -> Path:
     plt = pyplot()
     fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=130, sharey=True)
     for name, valid in curves.items():
-        bleu = [r["dev_bleu"] for r in valid]
-        by_time.plot([r["elapsed"] / 60 for r in valid], bleu, marker="o", ms=3, label=name)
-        by_step.plot([r["step"] for r in valid], bleu, marker="o", ms=3, label=name)
-    by_time.set_xlabel("training wall-clock (minutes, validation included)")
-    by_step.set_xlabel("training steps (optimizer updates)")
+        by_time.plot(*learning_curve(valid, "minutes"), marker="o", ms=3, label=name)
+        by_step.plot(*learning_curve(valid, "steps"), marker="o", ms=3, label=name)
+    by_time.set_xlabel(CURVE_AXES["minutes"][1])
+    by_step.set_xlabel(CURVE_AXES["steps"][1])
     by_time.set_ylabel("dev BLEU (sacreBLEU, greedy)")
     by_time.set_title("dev BLEU vs wall-clock")
     by_step.set_title("dev BLEU vs steps")
