@@ -284,7 +284,7 @@ SET_CASES = {
 # Values only SentencePiece or the model can judge: checked when the run starts.
 LATE_SET_CASES = {
     "tokenizer.vocab_size=3": "tokenizer.vocab_size (3) must be more than the 4 special pieces",
-    "tokenizer.vocab_size=6": "SentencePiece cannot train a unigram model of 6 pieces on this "
+    "tokenizer.vocab_size=6": "SentencePiece cannot train a bpe model of 6 pieces on this "
                               "data (Vocabulary size is smaller than required_chars",
     "model.heads=3": "d_model (64) must be divisible by heads (3)",
 }
