@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from translate.analysis.plots import CURVE_AXES
 from translate.checkpoint import CheckpointError
 from translate.config import RESUME_KEYS, ConfigError
 from translate.data import DataError
@@ -481,7 +482,7 @@ def serve(checkpoint, host, port, device, precision, engine, **limits):
               type=click.Path(dir_okay=False), help="PNG file to write.")
 @click.option("--monitor", default="test_2016_flickr", show_default=True,
               help="Also draw this monitored split's BLEU where the runs logged it.")
-@click.option("--x", "x", type=click.Choice(["minutes", "steps"]), default="minutes",
+@click.option("--x", "x", type=click.Choice(list(CURVE_AXES)), default="minutes",
               show_default=True, help="The x axis: training wall-clock, or optimizer steps "
               "(which compare runs made on machines of different speed).")
 def curve(run_dirs, output, monitor, x):
