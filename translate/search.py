@@ -76,7 +76,7 @@ def top_candidates(logits: torch.Tensor, k: int, eos_only: Optional[torch.Tensor
     return log_probs.topk(min(k, log_probs.size(-1)), dim=-1)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def greedy_search(model: Seq2Seq, src: torch.Tensor, max_len: int | torch.Tensor,
                   use_cache: bool = True) -> list[list[int]]:
     """Pick the most probable token at each step until EOS or the length limit.
@@ -139,7 +139,7 @@ class Beams:
         return self.scores.size(1)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def beam_search(model: Seq2Seq, src: torch.Tensor, beam: int, max_len: int | torch.Tensor,
                 lenpen: float = 0.6, nbest: int = 1, candidates: Candidates = top_candidates,
                 early_exit: bool = True) -> list[list[Hypothesis]]:
