@@ -65,9 +65,7 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         scores = torch.bmm(q.reshape(B * H, T, Dh), keys_t).mul_(Dh ** -0.5)
     else:
         bias = additive_mask(mask) if mask.dtype == torch.bool else mask
-        if bias.shape[:2] != (B, H):
-            bias = bias.expand(B, H, bias.size(-2), S)
-        bias = bias.reshape(B * H, -1, S)  # (B * H, 1 or T, S)
+        bias = bias.expand(B, H, bias.size(-2), S).reshape(B * H, -1, S)  # (B * H, 1 or T, S)
         scores = torch.baddbmm(bias, q.reshape(B * H, T, Dh), keys_t, alpha=Dh ** -0.5)
     weights = torch.softmax(scores.view(B, H, T, S), dim=-1, dtype=torch.float32).to(q.dtype)
     dropped = F.dropout(weights, dropout, True) if training and dropout > 0 else weights
@@ -151,9 +149,7 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
         B, T, D = x.shape
         q, k, v = self._project(x, context, cache)  # (B, T, D), (Bc, H, S, Dh) x 2
         groups = B // k.size(0)  # query rows per context row: a sentence's beams
-        if groups > 1:
-            q = q.reshape(B // groups, groups * T, D)
-        q = self.split_heads(q)  # (Bc, H, G * T, Dh)
+        q = self.split_heads(q.reshape(B // groups, groups * T, D))  # (Bc, H, G * T, Dh)
         explicit = need_weights or explicit_is_faster(q, k)
         if causal and T == 1:
             causal = False  # one new query may see every key so far
@@ -194,16 +190,14 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
             q = self.q_proj(x)
             heads = self._heads(self._keys_values(x if context is None else context), 2)
             k, v = heads.unbind(2)  # (Bc, S, H, Dh) x 2
-        if cache is not None and not cross and cache.kv is not None:  # a later decoding step
+        if cache is not None and not cross:  # decoding's self-attention
+            first = cache.kv is None  # then this step's own views serve, as in training
             kv = cache.extend(heads.permute(2, 0, 3, 1, 4))  # (2, B, H, S_past + T, Dh)
-            return q, kv[0], kv[1]
+            if not first:
+                return q, kv[0], kv[1]
         k, v = k.transpose(1, 2), v.transpose(1, 2)  # (Bc, H, S, Dh)
-        if cache is None:
-            return q, k, v
-        if cross:  # kept as they are; `read` makes them contiguous if a later step reads them
+        if cross and cache is not None:  # kept as they are: `read` makes them contiguous
             cache.k, cache.v = k, v
-        else:  # the first step: its own views serve, as in training
-            cache.extend(heads.permute(2, 0, 3, 1, 4))
         return q, k, v
 
     def _heads(self, joined: torch.Tensor, n: int) -> torch.Tensor:
