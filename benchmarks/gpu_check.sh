@@ -3,7 +3,8 @@
 # a slow one leaves the rest their turn: the gpu-marked tests; training throughput on the GPU
 # (ours with the fast engine and without, against Hugging Face MarianMT, then compiled); two
 # revisions' training steps A/B on the GPU (is the CPU speed work slowing CUDA?); the default
-# test suite with CUDA visible. Logs and JSON go to OUT.
+# test suite, which hides the GPU and runs on the CPU (tests/conftest.py), on that machine's
+# packages. Logs and JSON go to OUT.
 #
 #   git archive REV translate recipes | tar -x -C .gpu/base     # here, with the history
 #   cp -r ../shared/data/multi30k .gpu/                          # the data does not travel
@@ -36,4 +37,4 @@ fi
 step train_speed_compiled 150 python3 benchmarks/train_speed.py --device cuda --data "$data" \
   --precisions bf16 --max-tokens 16384 --rounds 5 --steps 8 --compile \
   --json "$out/train_speed-cuda-compiled.json"
-step test_suite 240 python3 -m pytest -v -p no:cacheprovider -rf -n 8 tests  # -v: each failure named as it comes
+step test_suite 240 python3 -m pytest -v -p no:cacheprovider -rfE -n 8 tests  # -v: each failure named as it comes

@@ -17,14 +17,21 @@ SAMPLE = Path(__file__).resolve().parent / "data" / "multi30k"  # committed: see
 
 
 def pytest_configure(config):
+    """The suite runs on the CPU, where its expected values were made (a visible GPU would be
+    every `device=None`'s choice, in bf16); `pytest -m gpu` runs the tests marked gpu on CUDA.
+    Hidden through the environment, the GPU stays hidden from the commands the tests start."""
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    if config.getoption("markexpr") != "gpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `gpu` skip, saying why, where no CUDA device is visible."""
+    """Tests marked `gpu` skip, saying why, unless run with `-m gpu` on a machine with CUDA."""
     if torch.cuda.is_available():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA device (marked gpu)")
+    reason = "needs a CUDA device" if config.getoption("markexpr") == "gpu" else \
+        "`pytest -m gpu` runs it, on a machine with CUDA"
+    skip = pytest.mark.skip(reason=f"marked gpu: {reason}")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

@@ -235,7 +235,7 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, early_exit,
 
     try:
         check_output(output_path, input_path)
-        dev = pick_device(device)
+        dev = pick_device(device, precision)
         loaded = load_checkpoint(checkpoint, dev)
         engine = resolve_engine(engine, dev)
         cfg = decode_options(loaded.recipe.decode, beam=beam, lenpen=lenpen,

@@ -66,7 +66,7 @@ def ready_checkpoint(checkpoint: str, data_path: str | None = None, device: str 
     from translate.inference import decoding_model
     from translate.utils import pick_device
 
-    dev = pick_device(device)
+    dev = pick_device(device, precision)
     loaded = load_checkpoint(checkpoint, dev)
     resolved = resolve_engine(engine, dev)
     data_cfg = loaded.recipe.data

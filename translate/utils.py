@@ -56,8 +56,11 @@ def log_to_console(verbose: bool = False) -> None:
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
-def pick_device(name: str | None = None) -> torch.device:
-    """CUDA > MPS > CPU unless `name` says otherwise."""
+def pick_device(name: str | None = None, precision: str | None = None) -> torch.device:
+    """CUDA > MPS > CPU unless `name` says otherwise; the CPU for `precision` int8, which runs
+    there only."""
+    if not name and precision == "int8":
+        return torch.device("cpu")
     if name:
         try:
             device = torch.device(name)
@@ -68,6 +71,9 @@ def pick_device(name: str | None = None) -> torch.device:
                              f"mps") from None
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"--device {name}: CUDA is not available on this machine")
+        if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+            raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} "
+                             f"CUDA device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
         if device.type == "mps" and not torch.backends.mps.is_available():
             raise ValueError(f"--device {name}: MPS is not available on this machine")
         if device.type == "cuda":
@@ -95,24 +101,32 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def rng_state() -> dict:
-    """The random generators' states (torch CPU and CUDA, Python), as a checkpoint can hold them.
+def rng_state(device: torch.device) -> dict:
+    """The random generators' states (torch's CPU one, `device`'s on a GPU, Python's), as a
+    checkpoint can hold them.
 
-    NumPy's generator is not saved: nothing in training draws from it.
+    Only the training device's CUDA generator is saved, so that a CPU run never opens CUDA and a
+    run resumes on a machine with fewer GPUs. NumPy's generator is not saved: nothing in
+    training draws from it.
     """
     state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def set_rng_state(state: dict) -> None:
-    """Restore what `rng_state()` returned."""
+def set_rng_state(state: dict, device: torch.device) -> None:
+    """Restore what `rng_state()` returned; a CUDA state only when resuming on CUDA."""
     torch.set_rng_state(state["torch"])
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = state.get("cuda")
+    if cuda is not None and device.type == "cuda":
+        if isinstance(cuda, (list, tuple)):  # older checkpoints held every GPU's state
+            index = torch.cuda.current_device() if device.index is None else device.index
+            cuda = cuda[index] if index < len(cuda) else None
+        if cuda is not None:
+            torch.cuda.set_rng_state(cuda, device)
 
 
 @functools.cache

@@ -33,7 +33,7 @@ def load_translator(path: str | Path, device: str | None = None, precision: str 
                     engine: str = "auto") -> Translator:
     """A run folder's or checkpoint's Translator; precision defaults to the recipe's, as in
     `translate decode`."""
-    dev = pick_device(device)
+    dev = pick_device(device, precision)
     loaded = load_checkpoint(path, dev)
     return Translator(loaded, dev, precision or loaded.recipe.train.precision, engine)
 

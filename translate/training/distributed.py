@@ -84,7 +84,12 @@ def join(device: torch.device) -> World:
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return World()
     if device.type == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        local_rank, gpus = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+        if local_rank >= gpus:
+            raise ValueError(f"process {local_rank} on this node needs GPU {local_rank}, and "
+                             f"the node has {gpus}: start at most {gpus} a node (torchrun "
+                             f"--nproc-per-node {gpus}), or train on the CPU (--device cpu)")
+        torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
         dist.init_process_group("cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo",
                                 timeout=timedelta(seconds=timeout_seconds()))

@@ -398,7 +398,7 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
-            "rng": rng_state(),
+            "rng": rng_state(self.device),
             "best_dev_bleu": max(self.best_bleu, 0.0),
             **({"run_id": self.run_id} if self.run_id else {}),
             "trainer": {"epoch": self.epoch, "position": self.position, "elapsed": self.elapsed,
@@ -439,4 +439,4 @@ class Trainer:
         self.kept = sorted((p for p in self.run_dir.glob("step_*.pt")
                             if 0 <= step_number(p) <= self.step), key=step_number)
         self.metrics.truncate(self.step)
-        set_rng_state(data["rng"])
+        set_rng_state(data["rng"], self.device)
