@@ -49,11 +49,17 @@ def test_int8_with_no_device_named_decodes_on_the_cpu_beside_a_gpu(one_gpu,
     assert pick_device("cpu", "int8") == torch.device("cpu")
 
 
-def test_more_processes_a_node_than_gpus_is_refused_before_joining(one_gpu, monkeypatch):
+@pytest.mark.parametrize("local_rank", ["0", "1"])
+def test_more_processes_a_node_than_gpus_is_refused_before_joining(one_gpu, monkeypatch,
+                                                                   local_rank):
+    """Every process of the node refuses, the one that has a GPU too: none waits to join."""
     monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("LOCAL_RANK", "1")
-    with pytest.raises(ValueError, match=r"process 1 on this node needs GPU 1, and the node "
-                                         r"has 1: start at most 1 a node"):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: pytest.fail("took a GPU"))
+    with pytest.raises(ValueError, match=r"this node starts 2 processes, one a GPU, and has 1 "
+                                         r"GPU\(s\): start at most 1 a node \(torchrun "
+                                         r"--nproc-per-node 1\)"):
         join(torch.device("cuda"))
     assert not torch.distributed.is_initialized()
 

@@ -85,9 +85,10 @@ def join(device: torch.device) -> World:
         return World()
     if device.type == "cuda":
         local_rank, gpus = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
-        if local_rank >= gpus:
-            raise ValueError(f"process {local_rank} on this node needs GPU {local_rank}, and "
-                             f"the node has {gpus}: start at most {gpus} a node (torchrun "
+        processes = max(int(os.environ.get("LOCAL_WORLD_SIZE", "0")), local_rank + 1)
+        if processes > gpus:  # every process of the node says so, none waits for the others
+            raise ValueError(f"this node starts {processes} processes, one a GPU, and has "
+                             f"{gpus} GPU(s): start at most {gpus} a node (torchrun "
                              f"--nproc-per-node {gpus}), or train on the CPU (--device cpu)")
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
