@@ -49,7 +49,7 @@ precision_option = click.option(
     "--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]), default=None,
     help="Decoding precision (default: the recipe's train.precision); auto: bf16 on a GPU and on "
     "CPUs with AMX (or AMD ones with AVX512-BF16), else fp32; int8 quantizes the linear layers, "
-    "CPU only.")
+    "CPU only (the default device then).")
 beam_option = click.option("--beam", type=click.IntRange(min=1), default=None,
                            help="Beam size; 1 = greedy (default: the recipe's decode.beam, 5).")
 early_exit_option = click.option(
