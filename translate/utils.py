@@ -69,14 +69,15 @@ def pick_device(name: str | None = None, precision: str | None = None) -> torch.
         if device is None or device.type not in ("cpu", "cuda", "mps"):
             raise ValueError(f"--device {name!r} is not a device: use cpu, cuda, cuda:N or "
                              f"mps") from None
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"--device {name}: CUDA is not available on this machine")
-        if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-            raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} "
-                             f"CUDA device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
         if device.type == "mps" and not torch.backends.mps.is_available():
             raise ValueError(f"--device {name}: MPS is not available on this machine")
         if device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise ValueError(f"--device {name}: CUDA is not available on this machine")
+            gpus = torch.cuda.device_count()
+            if (device.index or 0) >= gpus:
+                raise ValueError(f"--device {name}: this machine has {gpus} CUDA device(s), "
+                                 f"cuda:0 to cuda:{gpus - 1}")
             no_cudnn_attention()
         return device
     if torch.cuda.is_available():
@@ -120,13 +121,15 @@ def set_rng_state(state: dict, device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
-    cuda = state.get("cuda")
-    if cuda is not None and device.type == "cuda":
-        if isinstance(cuda, (list, tuple)):  # older checkpoints held every GPU's state
-            index = torch.cuda.current_device() if device.index is None else device.index
-            cuda = cuda[index] if index < len(cuda) else None
-        if cuda is not None:
-            torch.cuda.set_rng_state(cuda, device)
+    if "cuda" not in state or device.type != "cuda":
+        return
+    cuda = state["cuda"]
+    if isinstance(cuda, (list, tuple)):  # older checkpoints held every GPU's state, by index
+        index = torch.cuda.current_device() if device.index is None else device.index
+        if index >= len(cuda):
+            return
+        cuda = cuda[index]
+    torch.cuda.set_rng_state(cuda, device)
 
 
 @functools.cache
