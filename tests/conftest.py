@@ -19,8 +19,15 @@ SAMPLE = Path(__file__).resolve().parent / "data" / "multi30k"  # committed: see
 def pytest_configure(config):
     """The suite runs on the CPU, where its expected values were made (a visible GPU would be
     every `device=None`'s choice, in bf16); `pytest -m gpu` runs the tests marked gpu on CUDA.
-    Hidden through the environment, the GPU stays hidden from the commands the tests start."""
-    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    Hidden through the environment, the GPU stays hidden from the commands the tests start.
+
+    The tests compute on at most two threads, and every command they start on as many
+    (OMP_NUM_THREADS, read by torch as a process starts, unless a test says otherwise): a value
+    a test compares with a command's is then summed in the same order, whatever the machine's
+    core count or the shell's setting."""
+    threads = max(1, min(2, torch.get_num_threads()))
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
     if config.getoption("markexpr") != "gpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
 

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import TINY_OVERRIDES
+from limits import within
 from translate.checkpoint import read_checkpoint, write_checkpoint
 from translate.cli import main
 from translate.config import DataConfig
@@ -170,14 +171,15 @@ def test_two_resumes_of_one_run_the_second_is_refused_the_first_finishes(short_r
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "translate", "train", "--resume", str(run), "--no-progress",
                *sets("train.max_steps=150")]
+    seconds = within(starts=60, floor=120)
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=env, cwd=tmp_path)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + seconds
     while not (run / ".lock").read_text().strip() and time.monotonic() < deadline:
         time.sleep(0.1)
     second = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path,
-                            timeout=120)
-    out, err = first.communicate(timeout=300)
+                            timeout=seconds)
+    out, err = first.communicate(timeout=within(starts=150, floor=300))
     assert second.returncode == 1, second.stderr
     assert f"Error: {run} is in use: process {first.pid} on" in second.stderr
     assert second.stderr.count("Error:") == 1 and "Traceback" not in second.stderr

@@ -11,6 +11,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from conftest import TINY_OVERRIDES
+from limits import within
 from translate.checkpoint import read_checkpoint
 from translate.cli import main
 from translate.training import Trainer
@@ -36,15 +37,16 @@ def train_steps(run_dir) -> list[int]:
 def test_sigterm_to_the_command_saves_and_says_how_to_resume(recipe_path, small_data, tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    seconds = within(starts=60, floor=120)
     proc = subprocess.Popen(
         [sys.executable, "-m", "translate", "train", str(recipe_path), "--data", str(small_data),
          "--run-dir", str(run), "--no-progress", *sets(*ENDLESS)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + seconds
     while not train_steps(run) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=seconds)
     assert proc.returncode == 128 + signal.SIGTERM, err
     step = read_checkpoint(run / "last.pt")["step"]
     assert step >= 10 and step in range(train_steps(run)[-1], train_steps(run)[-1] + 10)

@@ -1,6 +1,14 @@
-"""Trains the tiny Transformer for a few steps, alone or as one rank under torchrun, and saves its
-weights and losses: run by test_distributed.py."""
+"""Trains the tiny Transformer for a few steps, alone or as one rank under torchrun, and saves what
+test_distributed.py compares: the initial and final weights, the first step's gradients summed over
+the ranks, every step's loss and learning rate.
 
+Every process computes on one thread (`train.threads=1`), so the lone process and each rank add
+up a batch's gradients in the same order. BREAK_GRADIENT_SUM=skip|mean breaks the ranks' gradient
+sum on purpose (no sum; an average instead of the sum), for the test that shows the comparison
+catches it.
+"""
+
+import os
 import sys
 import time
 from pathlib import Path
@@ -11,15 +19,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import TINY_OVERRIDES  # noqa: E402
 from translate.config import load_recipe  # noqa: E402
 from translate.metrics import MetricsLog  # noqa: E402
-from translate.training import Trainer, prepare_data  # noqa: E402
-from translate.training.distributed import join  # noqa: E402
+from translate.training import Trainer, loop, prepare_data  # noqa: E402
+from translate.training.distributed import join, sum_gradients  # noqa: E402
 from translate.training.progress import TrainingBar  # noqa: E402
+
+
+def broken_sum(how: str):
+    """A gradient sum that is wrong in the way `how` says."""
+    def skip(parameters, world):
+        pass
+
+    def mean(parameters, world):
+        parameters = list(parameters)
+        sum_gradients(parameters, world)
+        for p in parameters:
+            p.grad /= world.size
+
+    return {"skip": skip, "mean": mean}[how]
 
 
 def main(recipe: str, data: str, out: str, steps: int, accum: int, *overrides: str) -> None:
     cfg = load_recipe(recipe, [*TINY_OVERRIDES, f"data.dataset={data}",
                                f"train.accum_steps={accum}", "train.eval_every=0",
-                               "train.log_every=100000", "train.save_every=0", *overrides])
+                               "train.log_every=100000", "train.save_every=0", "train.threads=1",
+                               *overrides])
     world = join(torch.device("cpu"))
     run_dir = Path(out) / f"rank{world.rank}"
     run_dir.mkdir(parents=True)
@@ -28,13 +51,27 @@ def main(recipe: str, data: str, out: str, steps: int, accum: int, *overrides: s
     trainer.epoch, trainer.monitor = 1, {}
     trainer.start = trainer.last_eval = time.perf_counter()
     trainer.bar = TrainingBar(cfg.train, enabled=False)
+    init = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    grads, lrs = {}, []
+    how = os.environ.get("BREAK_GRADIENT_SUM")
+    summed = broken_sum(how) if how else sum_gradients
+
+    def sum_and_keep(parameters, world):  # the first step's gradients, summed, not yet clipped
+        summed(parameters, world)
+        if not grads:
+            grads.update({n: p.grad.clone() for n, p in trainer.model.named_parameters()})
+
+    loop.sum_gradients = sum_and_keep
+    trainer.optimizer.register_step_pre_hook(
+        lambda optimizer, args, kwargs: lrs.append(optimizer.param_groups[0]["lr"]))
     batches = trainer.epoch_batches()
     for _ in range(steps):
         trainer.next_step(batches)
     trainer.settle()  # the steps' losses, read from the device into the log window
-    torch.save({"model": trainer.model.state_dict(), "losses": trainer.window.losses,
-                "tokens": trainer.window.tokens,
+    torch.save({"model": trainer.model.state_dict(), "init": init, "grads": grads, "lrs": lrs,
+                "losses": trainer.window.losses, "tokens": trainer.window.tokens,
                 "position": trainer.position, "step": trainer.step,
+                "threads": torch.get_num_threads(),
                 "lr": trainer.optimizer.param_groups[0]["lr"]},
                Path(out) / f"rank{world.rank}.pt")
     metrics.close()
