@@ -4,6 +4,8 @@
         --json benchmarks/results/padding.json
     python benchmarks/padding.py --data ../shared/data/multi30k --widths 1 \
         --sampling-alphas 0.1,0.2,0.3,0.5,1 --json benchmarks/results/padding-sampling.json
+    python benchmarks/padding.py --data ../shared/data/multi30k --widths 1 \
+        --multiples 1,2,4,8,16 --json benchmarks/results/padding-multiples.json
 
 The recipe's data are prepared as `translate train` prepares them (its tokenizer trained, the
 train split cleaned, encoded and length-filtered), and one epoch's batches are built by
@@ -12,6 +14,11 @@ orders by target length rounded up to a multiple of w, then source length: coars
 buckets with sources sorted inside them, the usual trade of target padding for source padding.
 A padded target token costs about twice a source token (decoder layers and the output layer
 against encoder layers), so the figure to watch is the weighted waste printed last.
+
+With `--multiples`, batches are made as `train.length_multiple` makes them (lengths rounded up
+to a multiple, pairs batched by their rounded lengths): printed per multiple, the weighted waste
+and the number of distinct batch shapes (sentences, source length, target length) in the epoch,
+which is what a GPU's captured or compiled step is made for, once per shape.
 
 With `--sampling-alphas`, the same epoch's batches (width 1) are segmented afresh as subword
 sampling (`tokenizer.sampling_alpha`) does in training: batches are formed from the one best
@@ -29,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from translate.batching import EncodedPairs, token_batches
+from translate.batching import EncodedPairs, round_up, token_batches
 from translate.config import load_recipe
 from translate.tokenizer import SubwordSampler, Tokenizer
 from translate.training import prepare_data
@@ -59,6 +66,23 @@ def padding(src: np.ndarray, tgt: np.ndarray, max_tokens: int, width: int, seed:
             "tgt_real": counts[1, 0] / counts[1, 1], "weighted_waste": weighted_waste(*counts)}
 
 
+def rounded_padding(src: np.ndarray, tgt: np.ndarray, max_tokens: int, multiple: int,
+                    seed: int) -> dict:
+    """One epoch's batches with lengths rounded up to `multiple`: padding and distinct shapes."""
+    batches = token_batches(src, tgt, max_tokens, shuffle=True, seed=seed, multiple=multiple)
+    counts, shapes = np.zeros((2, 2)), set()  # [src, tgt] x [real, slots]
+    for i in range(len(batches)):
+        idx = batches[i]
+        shape = (len(idx), round_up(int(src[idx].max()), multiple),
+                 round_up(int(tgt[idx].max()), multiple))
+        counts += [[src[idx].sum(), shape[0] * shape[1]], [tgt[idx].sum(), shape[0] * shape[2]]]
+        shapes.add(shape)
+    return {"multiple": multiple, "batches": len(batches), "shapes": len(shapes),
+            "lengths": len({shape[1:] for shape in shapes}),
+            "src_real": counts[0, 0] / counts[0, 1], "tgt_real": counts[1, 0] / counts[1, 1],
+            "weighted_waste": weighted_waste(*counts)}
+
+
 def sampled_padding(pairs: EncodedPairs, tokenizer: Tokenizer, alpha: float, nbest: int,
                     max_tokens: int, max_len: int, seed: int) -> dict:
     """One epoch's batches, formed from the one best lengths, segmented afresh by sampling:
@@ -83,6 +107,8 @@ def main() -> None:
     parser.add_argument("--data", required=True, help="local dataset folder (or hub name)")
     parser.add_argument("--recipe", default=str(RECIPE))
     parser.add_argument("--widths", default="1,2,3,4", help="target bucket widths to compare")
+    parser.add_argument("--multiples", default="",
+                        help="train.length_multiple values to measure, e.g. 1,2,4,8")
     parser.add_argument("--sampling-alphas", default="",
                         help="subword sampling alphas to measure, e.g. 0.1,0.3 (unigram or bpe)")
     parser.add_argument("--sampling-nbest", type=int, default=0,
@@ -103,6 +129,15 @@ def main() -> None:
     for r in rows:
         print(f"{r['width']:>5}  {r['batches']:>7}  {r['src_real']:>11.1%}  {r['tgt_real']:>11.1%}"
               f"  {r['weighted_waste']:>14.1%}")
+    rounded = [rounded_padding(src, tgt, recipe.train.max_tokens, int(m),
+                               recipe.train.seed * 1000 + 1)
+               for m in args.multiples.split(",") if m]
+    if rounded:
+        print("lengths rounded up to a multiple (train.length_multiple)")
+        print("multiple  batches  shapes  (S, T) pairs  source real  target real  weighted waste")
+        for r in rounded:
+            print(f"{r['multiple']:>8}  {r['batches']:>7}  {r['shapes']:>6}  {r['lengths']:>12}"
+                  f"  {r['src_real']:>11.1%}  {r['tgt_real']:>11.1%}  {r['weighted_waste']:>14.1%}")
     sampled = [sampled_padding(pairs, data.tokenizer, float(a), args.sampling_nbest,
                                recipe.train.max_tokens, recipe.data.max_len,
                                recipe.train.seed * 1000 + 1)
@@ -116,7 +151,8 @@ def main() -> None:
                   f"  {r['weighted_waste']:>14.1%}")
     if args.json:
         Path(args.json).write_text(json.dumps({"recipe": args.recipe, "pairs": len(pairs),
-                                               "rows": rows, "sampling": sampled},
+                                               "rows": rows, "rounded": rounded,
+                                               "sampling": sampled},
                                               indent=2) + "\n")
 
 

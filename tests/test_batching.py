@@ -1,6 +1,8 @@
 """Encoded sentences and their batches: flat token arrays, the length rules, batching by tokens."""
 
 import numpy as np
+import pytest
+import torch
 
 from translate.batching import (EncodedPairs, TokenArray, collate, encode_pairs, filter_lengths,
                                 pad, token_batches)
@@ -76,3 +78,61 @@ def test_length_filter_counts_and_keeps_as_the_rules_say():
     assert kept.indices().tolist() == [0, 4]
     batches = token_batches(kept.src.lengths, kept.tgt.lengths, 1000, True, 1, kept.length_filter)
     assert sorted(i for b in batches for i in b) == [0, 4]  # batches draw from the kept pairs only
+
+
+def test_rounded_lengths_batch_by_the_same_rule_in_fewer_shapes(small_data):
+    """`multiple` 8: the plain rule over lengths rounded up to 8, and tensors padded to them."""
+    rows = read_jsonl(small_data / "train.jsonl", 500)
+    en, de = [r["en"] for r in rows], [r["de"] for r in rows]
+    pairs = encode_pairs(Tokenizer.train(en, de, TokenizerConfig(vocab_size=500)), en, de)
+    src, tgt = pairs.src.lengths, pairs.tgt.lengths
+    batches = token_batches(src, tgt, 400, shuffle=False, multiple=8)
+    assert [list(b) for b in batches] == greedy_batches(((src + 7) // 8 * 8).tolist(),
+                                                        ((tgt + 7) // 8 * 8).tolist(), 400)
+    shapes = set()
+    for idx in token_batches(src, tgt, 400, shuffle=True, seed=1, multiple=8):
+        b = collate([pairs.src[i] for i in idx], [pairs.tgt[i] for i in idx], multiple=8)
+        assert b.src.shape[1] % 8 == 0 and b.tgt_out.shape[1] % 8 == 0
+        assert b.src.shape[1] - 8 < max(src[idx]) <= b.src.shape[1]
+        assert b.tgt_out.shape[1] * len(idx) <= 400 or len(idx) == 1
+        assert b.num_tgt_tokens == int((b.tgt_out != PAD).sum()) == int(tgt[idx].sum())
+        shapes.add((b.src.shape[1], b.tgt_out.shape[1]))
+    exact = {(int(max(src[idx])), int(max(tgt[idx])))
+             for idx in token_batches(src, tgt, 400, shuffle=True, seed=1)}
+    assert len(shapes) < len(exact) / 2
+
+
+@pytest.mark.parametrize("recipe, overrides", [("transformer.yaml", "TINY_OVERRIDES"),
+                                               ("rnn_bahdanau.yaml", "RNN_TINY_OVERRIDES")])
+def test_padding_to_a_multiple_changes_no_loss_and_no_gradient(recipe, overrides, small_data):
+    """The extra padding is masked like any other: the same batch padded to its longest and to
+    a multiple of 8 gives the same summed loss and the same gradients, in both models."""
+    import conftest
+    from translate.config import load_recipe
+    from translate.loss import label_smoothed_cross_entropy
+    from translate.models import build_model
+
+    rows = read_jsonl(small_data / "train.jsonl", 300)
+    en, de = [r["en"] for r in rows], [r["de"] for r in rows]
+    tok = Tokenizer.train(en, de, TokenizerConfig(vocab_size=400))
+    pairs = encode_pairs(tok, en, de)
+    cfg = load_recipe(conftest.RECIPES / recipe, getattr(conftest, overrides)).model
+    torch.manual_seed(0)
+    model = build_model(cfg, tok.src_vocab_size, tok.tgt_vocab_size, tok.joint).eval()
+    idx = [i for i in range(40) if pairs.tgt.lengths[i] % 8 and pairs.src.lengths[i] % 8][:12]
+    results = []
+    for multiple in (1, 8):
+        batch = collate([pairs.src[i] for i in idx], [pairs.tgt[i] for i in idx], multiple)
+        model.zero_grad()
+        loss, nll = label_smoothed_cross_entropy(model(batch.src, batch.tgt_in), batch.tgt_out,
+                                                 0.1, PAD)
+        loss.backward()
+        results.append((batch.tgt_out.shape, loss.detach(), nll.detach(),
+                        {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (shape, loss, nll, grads), (padded_shape, padded_loss, padded_nll, padded_grads) = results
+    assert padded_shape[1] % 8 == 0 and padded_shape[1] > shape[1]
+    torch.testing.assert_close(padded_loss, loss, rtol=1e-5, atol=0)
+    torch.testing.assert_close(padded_nll, nll, rtol=1e-5, atol=0)
+    for name, grad in grads.items():
+        torch.testing.assert_close(padded_grads[name], grad, rtol=1e-4, atol=1e-6,
+                                   msg=lambda m: f"{name}: {m}")

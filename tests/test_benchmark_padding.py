@@ -53,3 +53,14 @@ def test_subword_sampling_grows_the_same_batches_pieces_and_padding(small_data):
     assert flat["pieces"] > 1.3
     assert flat["slots"] > flat["pieces"]
     assert flat["weighted_waste"] > sharp["weighted_waste"] + 0.05
+
+
+def test_rounded_lengths_count_their_slots_and_shapes():
+    # lengths 5 and 6, 9 and 12: rounded to 8, two rows of 8 (both sides), one of 16 and 16
+    src, tgt = np.array([5, 6, 9]), np.array([6, 5, 12])
+    exact = bench.rounded_padding(src, tgt, max_tokens=16, multiple=1, seed=0)
+    rounded = bench.rounded_padding(src, tgt, max_tokens=16, multiple=8, seed=0)
+    assert exact["batches"] == rounded["batches"] == 2
+    assert (exact["shapes"], rounded["shapes"]) == (2, 2)
+    assert math.isclose(rounded["src_real"], 20 / 32) and math.isclose(rounded["tgt_real"], 23 / 32)
+    assert math.isclose(exact["src_real"], 20 / 21) and math.isclose(exact["tgt_real"], 23 / 24)

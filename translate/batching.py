@@ -153,21 +153,29 @@ class Batch:
         return Batch(*(t.to(device, non_blocking=True) for t in tensors), self.num_tgt_tokens)
 
 
-def pad(seqs: Sequence, value: int = PAD) -> torch.Tensor:
-    """Right-pad 1-D id sequences (arrays, tensors or lists) into a (B, L) int64 tensor."""
-    out = np.full((len(seqs), max((len(s) for s in seqs), default=0)), value, dtype=np.int64)
+def round_up(length, multiple: int):
+    """`length` (a number or an array) rounded up to a multiple of `multiple`."""
+    return (length + multiple - 1) // multiple * multiple
+
+
+def pad(seqs: Sequence, value: int = PAD, multiple: int = 1) -> torch.Tensor:
+    """Right-pad 1-D id sequences (arrays, tensors or lists) into a (B, L) int64 tensor, L the
+    longest length rounded up to a multiple of `multiple`."""
+    longest = max((len(s) for s in seqs), default=0)
+    out = np.full((len(seqs), round_up(longest, multiple)), value, dtype=np.int64)
     for row, seq in zip(out, seqs):
         row[:len(seq)] = seq
     return torch.from_numpy(out)
 
 
-def collate(src: Sequence, tgt: Sequence) -> Batch:
-    tgt_out = pad(tgt)
+def collate(src: Sequence, tgt: Sequence, multiple: int = 1) -> Batch:
+    """A batch of id sequences, each side padded to its longest, rounded up to `multiple`."""
+    tgt_out = pad(tgt, multiple=multiple)
     bos = torch.full((len(tgt), 1), BOS, dtype=torch.long)
     tgt_in = torch.cat([bos, tgt_out[:, :-1]], dim=1)
     # A target's EOS is dropped from the input; pads stay pads.
     tgt_in = tgt_in.masked_fill(tgt_out == PAD, PAD)
-    return Batch(pad(src), tgt_in, tgt_out, int(sum(len(t) for t in tgt)))
+    return Batch(pad(src, multiple=multiple), tgt_in, tgt_out, int(sum(len(t) for t in tgt)))
 
 
 class TokenBatches(Sequence):
@@ -190,10 +198,12 @@ class TokenBatches(Sequence):
 
 
 def token_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: int,
-                  shuffle: bool, seed: int = 0,
-                  length_filter: Optional[LengthFilter] = None) -> TokenBatches:
+                  shuffle: bool, seed: int = 0, length_filter: Optional[LengthFilter] = None,
+                  multiple: int = 1) -> TokenBatches:
     """Group the pairs (those `length_filter` keeps) by length so each batch holds about
     `max_tokens` padded tokens: a batch costs (its sentences) x (its longest source or target).
+    With `multiple` > 1 lengths count rounded up to a multiple of it, as `collate` pads them:
+    pairs are ordered and batched by their rounded lengths, so batches take fewer shapes.
 
     Pairs are ordered by target, then source length; with `shuffle` the order within equal
     lengths and the order of the batches are random (seeded), so every epoch differs. Only the
@@ -202,7 +212,7 @@ def token_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: 
     """
     src_lengths, tgt_lengths = np.asarray(src_lengths), np.asarray(tgt_lengths)
     rng = np.random.default_rng(seed)
-    order, runs = _length_order(src_lengths, tgt_lengths, length_filter)
+    order, runs = _length_order(src_lengths, tgt_lengths, length_filter, multiple)
     run_ends = np.cumsum(runs[:, 2])
     starts = run_ends - runs[:, 2]
     if shuffle:  # ties in random order: each run of equal (target, source) lengths is shuffled
@@ -222,14 +232,15 @@ def token_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: 
     return TokenBatches(order, np.array(bounds), rng.permutation(sequence) if shuffle else sequence)
 
 
-def _length_order(src: np.ndarray, tgt: np.ndarray,
-                  length_filter: Optional[LengthFilter]) -> tuple[np.ndarray, np.ndarray]:
-    """The kept pairs' indices sorted by (target, source) length, stable, and the runs of equal
-    lengths in that order as rows (target length, source length, count).
+def _length_order(src: np.ndarray, tgt: np.ndarray, length_filter: Optional[LengthFilter],
+                  multiple: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """The kept pairs' indices sorted by (target, source) length rounded up to `multiple`,
+    stable, and the runs of equal lengths in that order as rows (target length, source length,
+    count).
 
     A counting sort over the (target, source) pairs of lengths: one pass counts them, a second
     places each part's indices, so no temporary is as long as the corpus."""
-    width = int(max(src.max(initial=0), tgt.max(initial=0))) + 1
+    width = round_up(int(max(src.max(initial=0), tgt.max(initial=0))), multiple) + 1
 
     def keys(part: slice) -> tuple[np.ndarray, np.ndarray]:
         s, t = src[part].astype(np.int64), tgt[part].astype(np.int64)
@@ -237,7 +248,7 @@ def _length_order(src: np.ndarray, tgt: np.ndarray,
         if length_filter is not None:
             kept = length_filter.keeps(s, t)
             s, t, index = s[kept], t[kept], index[kept]
-        return t * width + s, index
+        return round_up(t, multiple) * width + round_up(s, multiple), index
 
     seen = [np.unique(keys(part)[0], return_counts=True) for part in _chunked(len(src))]
     found = np.concatenate([np.zeros(0, np.int64)] + [key for key, _ in seen])

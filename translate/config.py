@@ -75,6 +75,9 @@ class TokenizerConfig:
 class TrainConfig:
     seed: int = 1
     max_tokens: int = 4096  # tokens per batch (padded, source or target, whichever is larger)
+    # batches' source and target lengths rounded up to a multiple of this: fewer distinct shapes
+    # for a GPU to reuse, more padding (benchmarks/padding.py); 1: each batch to its longest
+    length_multiple: int = 1
     accum_steps: int = 1  # gradient accumulation: batches per optimizer step
     lr: float = 1e-3  # peak learning rate, reached after `warmup` steps
     warmup: int = 1000  # linear warm-up steps, then the schedule's decay
@@ -319,7 +322,7 @@ def _check_sampling(cfg: TokenizerConfig, where: str) -> None:
 AT_LEAST_ONE = {"max_tokens", "accum_steps", "log_every", "vocab_size", "max_sentences", "d_model",
                 "heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions",
                 "embed_dim", "encoder_hidden", "decoder_hidden", "attn_dim", "beam", "max_len",
-                "valid_beam", "warmup"}
+                "valid_beam", "warmup", "length_multiple"}
 # Fractions: [low, high) -- a dropout of 1 zeroes every activation, a decay of 1 never moves.
 FRACTIONS = {"dropout": (0, 1), "attn_dropout": (0, 1), "activation_dropout": (0, 1),
              "label_smoothing": (0, 1), "ema_decay": (0, 1)}
@@ -330,7 +333,7 @@ AT_MOST = {"d_model": 65_536, "ffn_dim": 1 << 20, "heads": 1024, "encoder_layers
            "vocab_size": 1_000_000, "max_tokens": 1 << 24, "accum_steps": 1 << 16,
            "beam": 1024, "valid_beam": 1024, "max_len": 1 << 20, "max_len_a": 100.0,
            "max_len_b": 1 << 20, "character_coverage": 1.0, "threads": 4096, "num_proc": 4096,
-           "sampling_nbest": 1024}
+           "sampling_nbest": 1024, "length_multiple": 1024}
 
 
 # Words with a fixed set of values.

@@ -28,6 +28,29 @@ def test_sdpa_equals_the_written_out_path_in_all_three_roles():
         torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, T))
 
 
+def test_a_whole_target_lets_sdpa_mask_the_future_itself(monkeypatch):
+    """Training's decoder self-attention (T == S, no other mask) builds no (T, S) mask: SDPA's
+    is_causal does it, with the outputs and gradients of the mask spelled out."""
+    attn, seen = make(), []
+    real = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *args, **kwargs: seen.append(kwargs) or real(*args, **kwargs))
+    x = torch.randn(B, T, D, requires_grad=True)
+    out, _ = attn(x, causal=True)
+    assert seen[-1]["is_causal"] and seen[-1]["attn_mask"] is None
+    (grad,) = torch.autograd.grad(out.square().sum(), x)
+    masked, _ = attn(x, mask=causal_mask(T))
+    assert not seen[-1]["is_causal"]
+    (masked_grad,) = torch.autograd.grad(masked.square().sum(), x)
+    torch.testing.assert_close(out, masked, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(grad, masked_grad, atol=1e-5, rtol=1e-5)
+    attn(x[:, :2], causal=True, cache=KVCache())  # a prefix: T == S, as in training
+    later, _ = attn(x[:, 2:3], causal=True, cache=KVCache(*attn.keys_values(x[:, :2], False,
+                                                                           None)))
+    assert not seen[-1]["is_causal"]  # a step after the prefix (T < S): the offset mask
+    torch.testing.assert_close(later, out[:, 2:3], atol=1e-6, rtol=1e-5)
+
+
 def test_the_written_out_path_scales_by_the_root_of_the_head_width():
     q, k, v = torch.randn(2, H, T, 8), torch.randn(2, H, S, 8), torch.randn(2, H, S, 8)
     out, weights = scaled_dot_product_attention(q, k, v)

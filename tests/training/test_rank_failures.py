@@ -54,7 +54,8 @@ def finish(proc: subprocess.Popen) -> str:
         for pid in children:
             os.killpg(int(pid), signal.SIGKILL)
         proc.kill()
-        pytest.fail(f"torchrun still running after {seconds:.0f} s:\n{proc.communicate()[0][-3000:]}")
+        out = proc.communicate()[0]
+        pytest.fail(f"torchrun still running after {seconds:.0f} s:\n{out[-3000:]}")
 
 
 def train_with_fault(fault: str, recipe: Path, data: Path, run_dir: Path, **env: str

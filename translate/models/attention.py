@@ -138,8 +138,12 @@ class MultiHeadAttention(nn.Module):
         q = self.split_heads(self.q_proj(x))  # (B, H, T, Dh)
         k, v = self.keys_values(x if context is None else context, cross=context is not None,
                                 cache=cache)  # (B, H, S, Dh) each
-        if causal:  # a query at position t sees the keys up to t: the past and itself
-            T, S = q.size(2), k.size(2)
+        T, S = q.size(2), k.size(2)
+        # Causal: a query at position t sees the keys up to t, the past and itself. For a whole
+        # target at once (training: T == S, no other mask) SDPA applies that rule itself, with
+        # no (T, S) mask built and its fastest kernel free to run; otherwise a mask says it.
+        is_causal = causal and T == S and mask is None and not need_weights
+        if causal and not is_causal:
             allowed = causal_mask(T, offset=S - T, device=x.device)  # (T, S)
             mask = allowed if mask is None else mask & allowed
         dropout = self.dropout if self.training else 0.0
@@ -147,7 +151,8 @@ class MultiHeadAttention(nn.Module):
         if need_weights:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                                 is_causal=is_causal)
         return self.out_proj(self.merge_heads(out)), weights  # (B, T, D)
 
     def keys_values(self, source: torch.Tensor, cross: bool, cache: Optional[KVCache]

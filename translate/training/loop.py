@@ -213,7 +213,7 @@ class Trainer:
         tgt = [self.train_pairs.tgt[i] for i in pairs]
         if self.sampler is not None:
             src, tgt = self.sampler(src, tgt)
-        return collate(src, tgt)
+        return collate(src, tgt, self.cfg.length_multiple)
 
     def budget_used(self, epoch_batches: int) -> float:
         """The fraction of the training budget used: of max_steps, max_minutes (the last
@@ -242,7 +242,8 @@ class Trainer:
         pairs = self.train_pairs
         return token_batches(pairs.src.lengths, pairs.tgt.lengths, self.cfg.max_tokens,
                              shuffle=True, seed=self.cfg.seed * 1000 + self.epoch,
-                             length_filter=pairs.length_filter)
+                             length_filter=pairs.length_filter,
+                             multiple=self.cfg.length_multiple)
 
     def log_train(self, seconds: float) -> None:
         """Add a step's time to the window; every `log_every` steps write the averages of the
