@@ -19,6 +19,15 @@ the peak is an 8192^3 matmul, and `--compile` adds our plain engine under `torch
 
     python benchmarks/train_speed.py --device cuda --precisions fp32,bf16 --max-tokens 16384 \
         --compile --json benchmarks/results/train_speed-cuda.json
+
+`--shape base` and `--shape big` time WMT14's Transformer base and big (Vaswani et al., 2017;
+a 32k shared vocabulary) and MarianMT at the same widths, on synthetic batches: random ids with
+lengths drawn like WMT14 EN-DE's pieces (a median of 25, a tail to 250), batched as training
+batches them, so no corpus has to travel to the GPU. `--shape tiny` is for dry runs.
+`--length-multiple` batches as `train.length_multiple` does.
+
+    python benchmarks/train_speed.py --device cuda --shape big --precisions bf16 \
+        --max-tokens 12500 --json benchmarks/results/train_speed-cuda-big.json
 """
 
 from __future__ import annotations
@@ -29,29 +38,53 @@ import statistics
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from translate.batching import encode_pairs, iterate_batches
+from translate.batching import collate, encode_pairs, iterate_batches, token_batches
 from translate.config import DataConfig, TokenizerConfig
 from translate.data import load_split
 from translate.encoding import clean_text_pairs
 from translate.engine import FAST, PLAIN
 from translate.models import TransformerConfig, build_model, count_parameters
 from translate.tokenizer import Tokenizer
-from translate.tokens import PAD
+from translate.tokens import EOS, PAD
 from translate.utils import autocast, cpu_has_amx, cpu_name, pick_device
 
 MATMUL_SIZE = {"cpu": 1024, "cuda": 8192}  # the peak: a square matmul, 2.1 GFLOP on the CPU
+# Model widths and layers (each side): the Multi30k recipe's, WMT14's base and big, a dry run's.
+SHAPES = {"multi30k": dict(d_model=256, heads=4, ffn_dim=1024, layers=3),
+          "base": dict(d_model=512, heads=8, ffn_dim=2048, layers=6),
+          "big": dict(d_model=1024, heads=16, ffn_dim=4096, layers=6),
+          "tiny": dict(d_model=64, heads=4, ffn_dim=128, layers=1)}
+SYNTHETIC_VOCAB = 32_000
 
 
-def make_batches(data: str, max_tokens: int, n: int):
+def synthetic_batches(max_tokens: int, n: int, vocab: int = SYNTHETIC_VOCAB, seed: int = 1,
+                      multiple: int = 1) -> list:
+    """`n` batches of random ids whose lengths are drawn like WMT14 EN-DE's with a 32k BPE
+    vocabulary (log-normal, a median of 25 pieces, clipped to 2-250; targets ~8% longer),
+    batched by `token_batches` as training batches them, each target ending in EOS."""
+    rng = np.random.default_rng(seed)
+    src = np.clip(rng.lognormal(np.log(25), 0.6, 100_000), 2, 250).astype(np.int64)
+    tgt = np.clip(np.rint(src * rng.normal(1.08, 0.12, src.size)), 2, 250).astype(np.int64)
+    batches = token_batches(src, tgt, max_tokens, shuffle=True, seed=seed, multiple=multiple)
+
+    def ids(length: int) -> np.ndarray:
+        return np.append(rng.integers(EOS + 1, vocab, length - 1), EOS)
+
+    return [collate([ids(src[i]) for i in batches[k]], [ids(tgt[i]) for i in batches[k]],
+                    multiple) for k in range(min(n, len(batches)))]
+
+
+def make_batches(data: str, max_tokens: int, n: int, multiple: int = 1):
     src, tgt = load_split(DataConfig(dataset=data), "train")
     keep, _ = clean_text_pairs(src, tgt)
     src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
     tok = Tokenizer.train(src, tgt, TokenizerConfig(vocab_size=8000))
     pairs = encode_pairs(tok, src, tgt)
     batches = []
-    for batch in iterate_batches(pairs, max_tokens, shuffle=True, seed=1):
+    for batch in iterate_batches(pairs, max_tokens, shuffle=True, seed=1, multiple=multiple):
         batches.append(batch)
         if len(batches) == n:
             break
@@ -90,9 +123,12 @@ def adamw(model: torch.nn.Module, device: torch.device) -> torch.optim.AdamW:
 
 class Ours:
     def __init__(self, vocab: int, precision: str, engine=FAST, device: str = "cpu",
-                 compiled: bool = False, dropout: float = 0.1):
+                 compiled: bool = False, dropout: float = 0.1, shape: str = "multi30k"):
         torch.manual_seed(0)
-        cfg = TransformerConfig(dropout=dropout)
+        dims = SHAPES[shape]
+        cfg = TransformerConfig(d_model=dims["d_model"], heads=dims["heads"],
+                                ffn_dim=dims["ffn_dim"], encoder_layers=dims["layers"],
+                                decoder_layers=dims["layers"], dropout=dropout)
         self.engine, self.device = engine, torch.device(device)
         self.model = engine.prepare(build_model(cfg, vocab, vocab, shared_vocab=True))
         self.model = self.model.to(self.device).train()
@@ -112,16 +148,21 @@ class Ours:
 
 
 class Marian:
-    """The peer: Hugging Face MarianMT built from a config (3+3 layers, d 256, 4 heads, FFN 1024),
-    in fp32 or under bf16 autocast."""
+    """The peer: Hugging Face MarianMT built from a config of our model's `shape` (the
+    Multi30k recipe's: 3+3 layers, d 256, 4 heads, FFN 1024), in fp32 or under bf16 autocast."""
 
-    def __init__(self, vocab: int, precision: str = "fp32", device: str = "cpu"):
+    def __init__(self, vocab: int, precision: str = "fp32", device: str = "cpu",
+                 shape: str = "multi30k"):
         from transformers import MarianConfig, MarianMTModel
 
         torch.manual_seed(0)
-        cfg = MarianConfig(vocab_size=vocab, d_model=256, encoder_layers=3, decoder_layers=3,
-                           encoder_attention_heads=4, decoder_attention_heads=4,
-                           encoder_ffn_dim=1024, decoder_ffn_dim=1024, dropout=0.1,
+        dims = SHAPES[shape]
+        cfg = MarianConfig(vocab_size=vocab, d_model=dims["d_model"],
+                           encoder_layers=dims["layers"], decoder_layers=dims["layers"],
+                           encoder_attention_heads=dims["heads"],
+                           decoder_attention_heads=dims["heads"],
+                           encoder_ffn_dim=dims["ffn_dim"], decoder_ffn_dim=dims["ffn_dim"],
+                           dropout=0.1,
                            pad_token_id=PAD, eos_token_id=3, decoder_start_token_id=2,
                            max_position_embeddings=512, share_encoder_decoder_embeddings=True)
         self.device = torch.device(device)
@@ -145,18 +186,19 @@ class Marian:
 
 
 def build_systems(vocab: int, precisions: list[str], device: str = "cpu",
-                  compiled: bool = False) -> dict:
+                  compiled: bool = False, shape: str = "multi30k") -> dict:
     """Ours in each precision with the fast engine and the plain one (and the plain one
-    compiled, with `compiled`); the peer in each."""
+    compiled, with `compiled`); the peer in each; all of `shape`."""
     systems = {}
     for precision in precisions:
-        systems[f"ours {precision} fast"] = Ours(vocab, precision, FAST, device)
-        systems[f"ours {precision} plain"] = Ours(vocab, precision, PLAIN, device)
+        systems[f"ours {precision} fast"] = Ours(vocab, precision, FAST, device, shape=shape)
+        systems[f"ours {precision} plain"] = Ours(vocab, precision, PLAIN, device, shape=shape)
         if compiled:
-            systems[f"ours {precision} compiled"] = Ours(vocab, precision, PLAIN, device, True)
+            systems[f"ours {precision} compiled"] = Ours(vocab, precision, PLAIN, device, True,
+                                                         shape=shape)
     try:
         for precision in precisions:
-            systems[f"hf marian {precision}"] = Marian(vocab, precision, device)
+            systems[f"hf marian {precision}"] = Marian(vocab, precision, device, shape)
     except ImportError:
         print("transformers is not installed: measuring without the MarianMT peer")
     return systems
@@ -177,6 +219,10 @@ def main() -> None:
     ap.add_argument("--precisions", default=None,
                     help="comma-separated: fp32, bf16 (default: bf16 too where the CPU has AMX, "
                          "and on a GPU)")
+    ap.add_argument("--shape", choices=list(SHAPES), default="multi30k",
+                    help="model widths; base, big and tiny train on synthetic batches")
+    ap.add_argument("--length-multiple", type=int, default=1,
+                    help="round batches' lengths up to a multiple (train.length_multiple)")
     ap.add_argument("--json", type=Path, default=Path("benchmarks/results/train_speed.json"))
     args = ap.parse_args()
     device = pick_device(args.device)  # on a GPU, as translate sets it up: no cuDNN attention
@@ -188,9 +234,15 @@ def main() -> None:
     if not set(precisions) <= {"fp32", "bf16"}:
         ap.error(f"--precisions takes fp32 and bf16, got {args.precisions}")
     torch.set_num_threads(args.threads)
-    tok, batches = make_batches(args.data, args.max_tokens, args.steps * args.rounds + 2)
+    n = args.steps * args.rounds + 2
+    if args.shape == "multi30k":
+        tok, batches = make_batches(args.data, args.max_tokens, n, args.length_multiple)
+        vocab = tok.tgt_vocab_size
+    else:
+        vocab = SYNTHETIC_VOCAB if args.shape != "tiny" else 1000
+        batches = synthetic_batches(args.max_tokens, n, vocab, multiple=args.length_multiple)
     batches = [batch.to(device) for batch in batches]
-    systems = build_systems(tok.tgt_vocab_size, precisions, args.device, args.compile)
+    systems = build_systems(vocab, precisions, args.device, args.compile, args.shape)
     for name, system in systems.items():  # warm-up: allocator, oneDNN kernels; a compiled
         for batch in batches if "compiled" in name else batches[:2]:  # one sees every shape
             system.step(batch)
@@ -216,11 +268,15 @@ def main() -> None:
     peers = [name for name in systems if name.startswith("hf marian")]
     peer = max(peers, key=medians.get) if peers else "ours fp32 plain"
     peak = {p: statistics.median(v) for p, v in peaks.items()}
-    result = {"threads": args.threads, "max_tokens": args.max_tokens, "rounds": args.rounds,
+    result = {"shape": args.shape, "dims": SHAPES[args.shape],
+              "data": "multi30k" if args.shape == "multi30k" else "synthetic",
+              "length_multiple": args.length_multiple,
+              "threads": args.threads, "max_tokens": args.max_tokens, "rounds": args.rounds,
               "steps_per_round": args.steps, "torch": torch.__version__, "cpu": cpu_name(),
               "amx": cpu_has_amx(), "device": args.device,
               "cudnn_attention": on_gpu and torch.backends.cuda.cudnn_sdp_enabled(),
-              "gpu": torch.cuda.get_device_name(device) if on_gpu else None, "matmul_peak_gflops": peak, "peer": peer,
+              "gpu": torch.cuda.get_device_name(device) if on_gpu else None,
+              "matmul_peak_gflops": peak, "peer": peer,
               "flops_per_target_token": "6 x parameters", "systems": {}}
     print(f"\nmatmul peak ({MATMUL_SIZE[device.type]}^3, median): "
           + ", ".join(f"{p} {g:.0f} GFLOP/s" for p, g in peak.items()))

@@ -270,8 +270,8 @@ def _length_order(src: np.ndarray, tgt: np.ndarray, length_filter: Optional[Leng
     return order, runs
 
 
-def iterate_batches(pairs: EncodedPairs, max_tokens: int, shuffle: bool,
-                    seed: int = 0) -> Iterator[Batch]:
+def iterate_batches(pairs: EncodedPairs, max_tokens: int, shuffle: bool, seed: int = 0,
+                    multiple: int = 1) -> Iterator[Batch]:
     for idx in token_batches(pairs.src.lengths, pairs.tgt.lengths, max_tokens, shuffle, seed,
-                             pairs.length_filter):
-        yield collate([pairs.src[i] for i in idx], [pairs.tgt[i] for i in idx])
+                             pairs.length_filter, multiple):
+        yield collate([pairs.src[i] for i in idx], [pairs.tgt[i] for i in idx], multiple)
