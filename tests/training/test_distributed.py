@@ -123,7 +123,7 @@ def test_a_broken_gradient_sum_fails_the_comparison(how, runs, recipe_path, smal
 def test_with_subword_sampling_too(runs, recipe_path, small_data, tmp_path):
     """Each rank draws its own batches' segmentations; the step's target tokens are summed over
     the ranks, so every rank takes the same step."""
-    _, pair = run_both(recipe_path, small_data, tmp_path, "tokenizer.sampling_alpha=0.1")
+    pair = run_pair(recipe_path, small_data, tmp_path, "tokenizer.sampling_alpha=0.1")
     assert pair[0]["step"] == pair[1]["step"] == STEPS
     assert all(torch.equal(pair[0]["model"][k], pair[1]["model"][k]) for k in pair[0]["model"])
     assert pair[0]["losses"] == pair[1]["losses"]
@@ -133,11 +133,8 @@ def test_with_subword_sampling_too(runs, recipe_path, small_data, tmp_path):
 def test_ranks_share_rank_0s_clock_for_a_time_budget_schedule(recipe_path, small_data, tmp_path):
     """A cosine decay over max_minutes reads the clock; every rank takes rank 0's reading, so
     their learning rates, and so their weights, stay equal to the bit."""
-    run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-         "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(WORKER),
-         str(recipe_path), str(small_data), str(tmp_path / "pair"), str(STEPS), "1",
-         "train.lr_schedule=cosine", "train.warmup=1", "train.max_minutes=0.2"], tmp_path)
-    pair = [torch.load(tmp_path / "pair" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    pair = run_pair(recipe_path, small_data, tmp_path, "train.lr_schedule=cosine",
+                    "train.warmup=1", "train.max_minutes=0.2")
     assert 0 < pair[0]["lr"] == pair[1]["lr"] < 3e-3  # on its way down from the peak
     for name, weight in pair[0]["model"].items():
         assert torch.equal(pair[1]["model"][name], weight), name
