@@ -21,10 +21,11 @@ _timed: list[tuple[float, float]] = []  # (when, seconds) of the last timing
 def start_seconds() -> float:
     """Wall seconds one start of the toolkit takes on this machine now (timed again when the
     last timing is over a minute old)."""
-    now = time.monotonic()
-    if not _timed or now - _timed[-1][0] > FRESH_FOR:
+    start = time.monotonic()
+    if not _timed or start - _timed[-1][0] > FRESH_FOR:
         subprocess.run(START, check=True, capture_output=True)
-        _timed.append((time.monotonic(), time.monotonic() - now))
+        end = time.monotonic()
+        _timed.append((end, end - start))
     return _timed[-1][1]
 
 
