@@ -37,6 +37,16 @@ if [ $# -lt 2 ]; then
     "[--dry-run] DATA OUT [BASE]" >&2
   exit 2
 fi
+for part in ${parts//,/ }; do
+  case $part in
+    speed|quality|tests|ab|suite) ;;
+    *) echo "Error: --parts: '$part' is not one of speed, quality, tests, ab, suite" >&2; exit 2 ;;
+  esac
+done
+if [ ! -d "$1" ]; then
+  echo "Error: DATA $1 is not a folder (a local Multi30k copy, as ../shared/data/multi30k)" >&2
+  exit 2
+fi
 data=$(realpath "$1") out=$(realpath -m "$2") base=${3:-}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."  # the repository, importable by the benchmarks
@@ -64,11 +74,9 @@ if [ $dry = 1 ]; then  # the CPU, tiny sizes: every command and path, none of th
            --set tokenizer.vocab_size=500 --set train.max_tokens=1000 --set train.max_steps=20
            --set train.eval_every=10 --set train.max_minutes=0 --set train.warmup=10
            --set train.eval_every_minutes=0)
-  eval_limit=(--split test_2016_flickr)
 else
   device=cuda shape= m30k_shape=multi30k tokens=16384 big_tokens=25000 rounds=5 steps=8 multiple=8
   quality=(--set train.max_minutes=5 --set train.eval_every_minutes=1 --set train.eval_every=0)
-  eval_limit=(--split test_2016_flickr)
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv
 fi
 $python -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name()
@@ -94,7 +102,7 @@ if has quality; then
   step quality-train 420 $python -m translate train recipes/multi30k/transformer.yaml \
     --data "$data" --run-dir "$out/quality-run" --device $device --no-progress \
     --set 'data.test_splits=[]' "${quality[@]}"
-  $python -m translate evaluate "$out/quality-run/best.pt" "${eval_limit[@]}" --beam 5 \
+  $python -m translate evaluate "$out/quality-run/best.pt" --split test_2016_flickr --beam 5 \
     --device $device --json > "$out/quality-test.json" 2> "$out/quality-test.log" || failed=1
 fi
 if has tests; then

@@ -115,6 +115,9 @@ def main() -> None:
                         help="unigram: draw from the N best segmentations (0: all)")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
+    multiples = [int(m) for m in args.multiples.split(",") if m]
+    if any(m < 1 for m in multiples):
+        parser.error(f"--multiples must be at least 1 each, got {args.multiples}")
     recipe = load_recipe(args.recipe, [f"data.dataset={args.data}"])
     with tempfile.TemporaryDirectory() as run_dir:
         data = prepare_data(recipe, Path(run_dir))
@@ -129,9 +132,8 @@ def main() -> None:
     for r in rows:
         print(f"{r['width']:>5}  {r['batches']:>7}  {r['src_real']:>11.1%}  {r['tgt_real']:>11.1%}"
               f"  {r['weighted_waste']:>14.1%}")
-    rounded = [rounded_padding(src, tgt, recipe.train.max_tokens, int(m),
-                               recipe.train.seed * 1000 + 1)
-               for m in args.multiples.split(",") if m]
+    rounded = [rounded_padding(src, tgt, recipe.train.max_tokens, m, recipe.train.seed * 1000 + 1)
+               for m in multiples]
     if rounded:
         print("lengths rounded up to a multiple (train.length_multiple)")
         print("multiple  batches  shapes  (S, T) pairs  source real  target real  weighted waste")

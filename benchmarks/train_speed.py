@@ -225,6 +225,8 @@ def main() -> None:
                     help="round batches' lengths up to a multiple (train.length_multiple)")
     ap.add_argument("--json", type=Path, default=Path("benchmarks/results/train_speed.json"))
     args = ap.parse_args()
+    if args.length_multiple < 1:
+        ap.error(f"--length-multiple must be at least 1, got {args.length_multiple}")
     device = pick_device(args.device)  # on a GPU, as translate sets it up: no cuDNN attention
     if args.cudnn_attention:
         torch.backends.cuda.enable_cudnn_sdp(True)

@@ -10,7 +10,7 @@ from translate.config import TokenizerConfig
 from translate.encoding import CleanStats
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD
-from conftest import read_jsonl
+from conftest import RECIPES, RNN_TINY_OVERRIDES, TINY_OVERRIDES, read_jsonl
 
 
 def greedy_batches(src: list[int], tgt: list[int], max_tokens: int) -> list[list[int]]:
@@ -102,12 +102,11 @@ def test_rounded_lengths_batch_by_the_same_rule_in_fewer_shapes(small_data):
     assert len(shapes) < len(exact) / 2
 
 
-@pytest.mark.parametrize("recipe, overrides", [("transformer.yaml", "TINY_OVERRIDES"),
-                                               ("rnn_bahdanau.yaml", "RNN_TINY_OVERRIDES")])
+@pytest.mark.parametrize("recipe, overrides", [("transformer.yaml", TINY_OVERRIDES),
+                                               ("rnn_bahdanau.yaml", RNN_TINY_OVERRIDES)])
 def test_padding_to_a_multiple_changes_no_loss_and_no_gradient(recipe, overrides, small_data):
     """The extra padding is masked like any other: the same batch padded to its longest and to
     a multiple of 8 gives the same summed loss and the same gradients, in both models."""
-    import conftest
     from translate.config import load_recipe
     from translate.loss import label_smoothed_cross_entropy
     from translate.models import build_model
@@ -116,7 +115,7 @@ def test_padding_to_a_multiple_changes_no_loss_and_no_gradient(recipe, overrides
     en, de = [r["en"] for r in rows], [r["de"] for r in rows]
     tok = Tokenizer.train(en, de, TokenizerConfig(vocab_size=400))
     pairs = encode_pairs(tok, en, de)
-    cfg = load_recipe(conftest.RECIPES / recipe, getattr(conftest, overrides)).model
+    cfg = load_recipe(RECIPES / recipe, overrides).model
     torch.manual_seed(0)
     model = build_model(cfg, tok.src_vocab_size, tok.tgt_vocab_size, tok.joint).eval()
     idx = [i for i in range(40) if pairs.tgt.lengths[i] % 8 and pairs.src.lengths[i] % 8][:12]
