@@ -85,13 +85,13 @@ $python -c "import torch; print('torch', torch.__version__, torch.cuda.get_devic
 if has speed; then
   step train_speed-multi30k 150 $python benchmarks/train_speed.py --device $device \
     --data "$data" --shape $m30k_shape --precisions fp32,bf16 --max-tokens $tokens \
-    --length-multiple $multiple --rounds $rounds --steps $steps \
+    --length-multiple $multiple --rounds $rounds --steps $steps --cuda-graphs \
     --json "$out/train_speed-multi30k.json"
   for model in base big; do
     step train_speed-$model 120 $python benchmarks/train_speed.py --device $device \
       --shape "${shape:-$model}" --precisions bf16 --max-tokens $big_tokens \
       --length-multiple $multiple --rounds $((rounds < 3 ? rounds : 3)) --steps $steps \
-      --json "$out/train_speed-$model.json"
+      --cuda-graphs --json "$out/train_speed-$model.json"
   done
   step profile 90 $python benchmarks/profile_step.py --device $device --data "$data" \
     --shape $m30k_shape --max-tokens $tokens --steps $steps --json "$out/profile.json" \

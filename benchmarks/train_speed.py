@@ -15,10 +15,11 @@ precision (a square matmul, timed between the rounds).
 bf16 is measured by default where the CPU has AMX (there `translate train` picks it), fp32
 everywhere. On a GPU (`--device cuda`) every system takes the fused AdamW kernel (as `translate
 train` does there), the batches are copied to the GPU once, each timing ends with a synchronize,
-the peak is an 8192^3 matmul, and `--compile` adds our plain engine under `torch.compile`:
+the peak is an 8192^3 matmul, `--compile` adds our plain engine under `torch.compile` and
+`--cuda-graphs` our plain engine's whole step recorded as CUDA graphs (`train.cuda_graphs`):
 
     python benchmarks/train_speed.py --device cuda --precisions fp32,bf16 --max-tokens 16384 \
-        --compile --json benchmarks/results/train_speed-cuda.json
+        --length-multiple 8 --cuda-graphs --json benchmarks/results/train_speed-cuda.json
 
 `--shape base` and `--shape big` time WMT14's Transformer base and big (Vaswani et al., 2017;
 a 32k shared vocabulary) and MarianMT at the same widths, on synthetic batches: random ids with
@@ -42,13 +43,15 @@ import numpy as np
 import torch
 
 from translate.batching import collate, encode_pairs, iterate_batches, token_batches
-from translate.config import DataConfig, TokenizerConfig
+from translate.config import DataConfig, TokenizerConfig, TrainConfig
 from translate.data import load_split
 from translate.encoding import clean_text_pairs
 from translate.engine import FAST, PLAIN
 from translate.models import TransformerConfig, build_model, count_parameters
 from translate.tokenizer import Tokenizer
 from translate.tokens import EOS, PAD
+from translate.training.graphs import StepGraphs
+from translate.training.optim import make_optimizer
 from translate.utils import autocast, cpu_has_amx, cpu_name, pick_device
 
 MATMUL_SIZE = {"cpu": 1024, "cuda": 8192}  # the peak: a square matmul, 2.1 GFLOP on the CPU
@@ -147,6 +150,23 @@ class Ours:
         self.opt.zero_grad(set_to_none=True)
 
 
+class OursGraphs(Ours):
+    """Ours with the plain engine and `train.cuda_graphs`: the step recorded once per batch shape
+    and replayed (`translate.training.graphs.StepGraphs`, as `translate train` runs it; on a CPU
+    it runs unrecorded)."""
+
+    def __init__(self, vocab: int, precision: str, device: str = "cpu", dropout: float = 0.1,
+                 shape: str = "multi30k"):
+        super().__init__(vocab, precision, PLAIN, device, dropout=dropout, shape=shape)
+        cfg = TrainConfig(lr=1e-4, betas=(0.9, 0.98), weight_decay=0.01)  # as `adamw` has it
+        self.opt, _ = make_optimizer(self.model, cfg, capturable=True)
+        self.graphs = StepGraphs(self.model, None, self.opt, 0.1, 1.0, PLAIN.loss, precision,
+                                 self.device, torch.float64)
+
+    def step(self, batch) -> None:
+        self.graphs.step(batch, batch.num_tgt_tokens, ema_weight=0.0)
+
+
 class Marian:
     """The peer: Hugging Face MarianMT built from a config of our model's `shape` (the
     Multi30k recipe's: 3+3 layers, d 256, 4 heads, FFN 1024), in fp32 or under bf16 autocast."""
@@ -186,9 +206,10 @@ class Marian:
 
 
 def build_systems(vocab: int, precisions: list[str], device: str = "cpu",
-                  compiled: bool = False, shape: str = "multi30k") -> dict:
+                  compiled: bool = False, shape: str = "multi30k", graphs: bool = False) -> dict:
     """Ours in each precision with the fast engine and the plain one (and the plain one
-    compiled, with `compiled`); the peer in each; all of `shape`."""
+    compiled, with `compiled`, and through CUDA graphs, with `graphs`); the peer in each; all
+    of `shape`."""
     systems = {}
     for precision in precisions:
         systems[f"ours {precision} fast"] = Ours(vocab, precision, FAST, device, shape=shape)
@@ -196,6 +217,9 @@ def build_systems(vocab: int, precisions: list[str], device: str = "cpu",
         if compiled:
             systems[f"ours {precision} compiled"] = Ours(vocab, precision, PLAIN, device, True,
                                                          shape=shape)
+        if graphs:
+            systems[f"ours {precision} graphs"] = OursGraphs(vocab, precision, device,
+                                                             shape=shape)
     try:
         for precision in precisions:
             systems[f"hf marian {precision}"] = Marian(vocab, precision, device, shape)
@@ -214,6 +238,9 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU)")
     ap.add_argument("--compile", action="store_true",
                     help="also our plain engine under torch.compile (its warm-up is not timed)")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="also our plain engine's step recorded as CUDA graphs (train.cuda_graphs"
+                         "; each shape's recording is not timed)")
     ap.add_argument("--cudnn-attention", action="store_true",
                     help="on a GPU, leave PyTorch's cuDNN attention on (translate turns it off)")
     ap.add_argument("--precisions", default=None,
@@ -244,9 +271,11 @@ def main() -> None:
         vocab = SYNTHETIC_VOCAB if args.shape != "tiny" else 1000
         batches = synthetic_batches(args.max_tokens, n, vocab, multiple=args.length_multiple)
     batches = [batch.to(device) for batch in batches]
-    systems = build_systems(vocab, precisions, args.device, args.compile, args.shape)
-    for name, system in systems.items():  # warm-up: allocator, oneDNN kernels; a compiled
-        for batch in batches if "compiled" in name else batches[:2]:  # one sees every shape
+    systems = build_systems(vocab, precisions, args.device, args.compile, args.shape,
+                            args.cuda_graphs)
+    for name, system in systems.items():  # warm-up: allocator, oneDNN kernels; a compiled or
+        recorded = "compiled" in name or "graphs" in name  # recorded one sees every shape
+        for batch in batches if recorded else batches[:2]:
             system.step(batch)
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     rates: dict[str, list[float]] = {name: [] for name in systems}

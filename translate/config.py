@@ -113,6 +113,10 @@ class TrainConfig:
     # torch.compile the training forward (with the plain engine; inductor needs a C++ compiler
     # on the CPU and Triton on a GPU); validation and decoding run the model as it is
     compile: bool = False
+    # record the whole training step once per batch shape as a CUDA graph and replay it
+    # (translate.training.graphs): one launch a step for a small model on a GPU; on a CPU the
+    # step runs as written for the graphs, unrecorded. One process, accum_steps 1, no fp16
+    cuda_graphs: bool = False
     # fast: the engine's CPU speed work (translate.fast); plain: the textbook model as written;
     # auto: fast on the CPU, plain elsewhere
     engine: str = "auto"
@@ -435,7 +439,7 @@ def _apply_override(raw: dict, item: str) -> None:
 # Everything else (model, data, tokenizer, optimisation) shapes the weights and stays as trained.
 RESUME_KEYS = ("max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
                "patience", "keep_last", "save_every", "log_every", "threads", "max_bad_losses",
-               "monitor_splits", "engine", "valid_beam", "keep_freed_memory")
+               "monitor_splits", "engine", "valid_beam", "keep_freed_memory", "cuda_graphs")
 
 
 def resume_overrides(raw: dict, overrides: list[str] | tuple = ()) -> dict:

@@ -221,12 +221,13 @@ def resolve_precision(precision: str, device: torch.device, decoding: bool = Fal
     return precision
 
 
-def autocast(device: torch.device, precision: str):
-    """The autocast context for a resolved precision (a no-op for fp32)."""
+def autocast(device: torch.device, precision: str, cache: bool = True):
+    """The autocast context for a resolved precision (a no-op for fp32); `cache`: keep the
+    low-precision copies of weights made within the block (off while recording a CUDA graph)."""
     if precision == "fp32":
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device.type, dtype=dtype)
+    return torch.autocast(device.type, dtype=dtype, cache_enabled=cache)
 
 
 @contextlib.contextmanager

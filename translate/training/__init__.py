@@ -5,6 +5,7 @@
     loop.py         Trainer: optimizer steps, logging, stopping rules, checkpoints
     optim.py        AdamW, the inverse square root schedule, the weight average (EMA)
     compilation.py  train.compile: the engine it takes, torch.compile once it is known to work
+    graphs.py       train.cuda_graphs: the whole step recorded as a CUDA graph per batch shape
     validation.py   dev loss and BLEU
     checkpoints.py  which checkpoint a run resumes from, and whether it may
 """

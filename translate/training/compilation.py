@@ -13,7 +13,10 @@ from translate.utils import first_line
 def engine_name(cfg: TrainConfig) -> str:
     """The engine to train with: under torch.compile the plain one, which compile speeds up
     itself; the fast engine's CPU modules are written for eager mode (compiled, a tiny model's
-    step ran tens of times slower than the compiled plain one)."""
+    step ran tens of times slower than the compiled plain one). CUDA graphs record the plain
+    engine too (`translate.training.graphs` refuses the fast one)."""
+    if cfg.cuda_graphs and not cfg.compile:
+        return "plain" if cfg.engine == "auto" else cfg.engine
     if not cfg.compile:
         return cfg.engine
     if cfg.engine == "fast":

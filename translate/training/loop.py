@@ -36,7 +36,10 @@ from translate.tokens import PAD
 from translate.training.compilation import compiled, engine_name
 from translate.training.distributed import (World, agree, all_sum, all_sum_, any_rank,
                                             from_main_numbers, sum_gradients)
-from translate.training.optim import make_optimizer, skips_on_device, step_unless, update_ema
+from translate.training.graphs import StepGraphs, check_recipe
+from translate.training.optim import (ema_decay, make_optimizer, plain_numbers,
+                                      restore_lr_tensors, skips_on_device, step_unless,
+                                      update_ema)
 from translate.training.prepare import TrainingData
 from translate.training.progress import TrainingBar
 from translate.training.validation import dev_loss, perplexity, validation_scores
@@ -88,6 +91,8 @@ class Trainer:
         if self.precision == "int8":
             raise ConfigError("train.precision int8 is for decoding only (translate decode/"
                               "evaluate --precision int8); train in fp32, bf16 or fp16")
+        if self.cfg.cuda_graphs:
+            check_recipe(recipe, self.precision, world.size)
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         if self.cfg.keep_freed_memory and self.device.type == "cpu":
@@ -114,20 +119,26 @@ class Trainer:
             processes = f", {world.size} processes" if world.size > 1 else ""
             log.info("%s: %.2fM parameters, device %s, precision %s, %s engine%s, %d CPU "
                      "threads%s", recipe.model.arch, self.n_params / 1e6, self.device,
-                     self.precision, self.engine.name, ", compiled" if self.cfg.compile else "",
-                     torch.get_num_threads(), processes)
+                     self.precision, self.engine.name, self.step_note(), torch.get_num_threads(),
+                     processes)
         # The compiled forward shares the model's parameters; checkpoints save the model itself,
         # so their names carry no torch.compile prefix.
         self.forward = compiled(self.model, self.device) if self.cfg.compile else self.model
         # Exponential moving average of the weights: validated, saved and used to translate.
         self.ema = copy.deepcopy(self.model).eval().requires_grad_(False) \
             if self.cfg.ema_decay > 0 else None
-        self.optimizer, self.scheduler = make_optimizer(self.model, self.cfg)
+        self.figure_dtype = torch.float32 if self.device.type == "mps" else torch.float64
+        self.optimizer, self.scheduler = make_optimizer(self.model, self.cfg,
+                                                        capturable=self.cfg.cuda_graphs)
+        # train.cuda_graphs: each step through a graph recorded once per batch shape
+        self.graphs = StepGraphs(
+            self.model, self.ema, self.optimizer, self.cfg.label_smoothing, self.cfg.clip_norm,
+            self.engine.loss, self.precision, self.device, self.figure_dtype,
+        ) if self.cfg.cuda_graphs else None
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         # Where reading a value from the device costs a sync (a GPU), a step's NaN/inf check
         # stays on the device and is read with the log; the CPU reads it at once.
         self.defer_checks = self.device.type == "cuda" and skips_on_device(self.optimizer)
-        self.figure_dtype = torch.float32 if self.device.type == "mps" else torch.float64
         if world.is_main:
             check_free_space(run_dir, checkpoint_bytes(self.model, self.ema is not None))
         self.step = self.epoch = self.position = 0
@@ -252,7 +263,7 @@ class Trainer:
         w.seconds += seconds
         if self.step % self.cfg.log_every or not w.losses:
             return
-        lr = self.scheduler.get_last_lr()[0]
+        lr = float(self.scheduler.get_last_lr()[0])  # a tensor with train.cuda_graphs
         record = {"kind": "train", "step": self.step, "epoch": self.epoch,
                   "loss": sum(w.losses) / len(w.losses), "lr": lr,
                   "tok_per_s": w.tokens / max(w.seconds, 1e-9), "elapsed": self.elapsed,
@@ -280,8 +291,10 @@ class Trainer:
         on the device and the step counts: the EMA and the step number go on (`next_step` steps
         the schedule), the weights and Adam's moments stay as they were.
         """
-        self.model.train()
         tokens = tokens if tokens is not None else sum(b.num_tgt_tokens for b in batches)
+        if self.graphs is not None:
+            return self.recorded_step(batches[0], tokens)
+        self.model.train()
         loss_sum = nll_sum = torch.zeros((), dtype=self.figure_dtype, device=self.device)
         for batch in batches:
             batch = batch.to(self.device)
@@ -317,6 +330,28 @@ class Trainer:
             update_ema(self.ema, self.model, self.cfg.ema_decay, self.step)
         self.pending.append(figures)
         return figures
+
+    def recorded_step(self, batch: Batch, tokens: int) -> StepFigures:
+        """`train_step` through the step's CUDA graph (`train.cuda_graphs`): the same update,
+        with a NaN/inf loss skipped on the device on any device (counted when `settle` reads
+        it), as on a GPU's eager step."""
+        self.model.train()
+        ema_weight = 1 - ema_decay(self.cfg.ema_decay, self.step + 1)
+        figures = StepFigures(self.graphs.step(batch, tokens, ema_weight), tokens, self.step,
+                              self.epoch)
+        self.step += 1
+        self.pending.append(figures)
+        return figures
+
+    def step_note(self) -> str:
+        """How steps run, for the log's first line."""
+        if self.cfg.compile:
+            return ", compiled"
+        if not self.cfg.cuda_graphs:
+            return ""
+        if self.device.type == "cuda":
+            return ", CUDA graphs"
+        return f", the step written for CUDA graphs run unrecorded (none on the {self.device.type})"
 
     def settle(self) -> None:
         """Read the pending steps' figures on the host, all in one transfer: their losses per
@@ -396,8 +431,8 @@ class Trainer:
         save_checkpoint(path, self.eval_model, self.recipe, self.tokenizer, self.step, {
             # the optimizer's own weights, to resume from; "model" holds the EMA when enabled
             **({"train_model": self.model.state_dict()} if self.ema is not None else {}),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
+            "optimizer": plain_numbers(self.optimizer.state_dict()),
+            "scheduler": plain_numbers(self.scheduler.state_dict()),
             "scaler": self.scaler.state_dict(),
             "rng": rng_state(self.device),
             "best_dev_bleu": max(self.best_bleu, 0.0),
@@ -419,6 +454,7 @@ class Trainer:
             self.ema.load_state_dict(upgrade_state_dict(data["model"]))
         self.model.load_state_dict(upgrade_state_dict(data.get("train_model", data["model"])))
         self.optimizer.load_state_dict(data["optimizer"])
+        restore_lr_tensors(self.optimizer, self.cfg.cuda_graphs)
         for param, state in self.optimizer.state.items():  # torch checks counts, not shapes
             for name, value in state.items():
                 if isinstance(value, torch.Tensor) and value.dim() and value.shape != param.shape:

@@ -51,20 +51,61 @@ class LRSchedule:
         return 0.5 * (1.0 + math.cos(math.pi * done))  # cosine
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig, fused: Optional[bool] = None
+def make_optimizer(model: nn.Module, cfg: TrainConfig, fused: Optional[bool] = None,
+                   capturable: bool = False
                    ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW at `cfg.lr`, scaled each step by `LRSchedule(cfg.lr_schedule)`. `fused` (by
     default on a GPU and a CPU) takes the fused kernel: one pass over every parameter's weights
-    and moments (on a GPU one launch, and a step that `step_unless` can skip on the device)."""
+    and moments (on a GPU one launch, and a step that `step_unless` can skip on the device).
+    `capturable`: the learning rate is a tensor on the weights' device, which the scheduler
+    fills in place, so a recorded CUDA graph (`translate.training.graphs`) reads each step's. Its
+    dtype is what each device's fused kernel reads a float learning rate as (CUDA's float32, the
+    CPU's float64), so the update is the one a float learning rate makes."""
+    device = next(model.parameters()).device
     if fused is None:
-        fused = next(model.parameters()).device.type in ("cuda", "cpu")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=1e-9,
-                                  weight_decay=cfg.weight_decay, fused=fused or None)
+        fused = device.type in ("cuda", "cpu")
+    lr = torch.tensor(cfg.lr, dtype=_lr_dtype(device), device=device) if capturable else cfg.lr
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=tuple(cfg.betas), eps=1e-9,
+                                  weight_decay=cfg.weight_decay, fused=fused or None,
+                                  capturable=capturable)
     if fused:  # its kernel leaves the weights' versions, which the fast engine's packs key on
         optimizer.register_step_post_hook(_mark_weights_changed)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, LRSchedule(cfg.lr_schedule, cfg.warmup))
     return optimizer, scheduler
+
+
+def plain_numbers(state: dict) -> dict:
+    """An optimizer's or scheduler's state dict with learning rates held as tensors (a
+    capturable optimizer's) turned into floats, so a checkpoint reads the same on any device
+    and resumes either kind of run; `restore_lr_tensors` turns them back."""
+    def plain(value):
+        return float(value) if isinstance(value, torch.Tensor) and value.dim() == 0 else value
+    state = dict(state)
+    if "param_groups" in state:
+        state["param_groups"] = [{key: plain(value) if key in ("lr", "initial_lr") else value
+                                  for key, value in group.items()}
+                                 for group in state["param_groups"]]
+    for key in ("base_lrs", "_last_lr"):
+        if key in state:
+            state[key] = [plain(value) for value in state[key]]
+    return state
+
+
+def restore_lr_tensors(optimizer: torch.optim.Optimizer, capturable: bool) -> None:
+    """After `load_state_dict`, which takes the saved groups' options and float learning rates:
+    the run's own `capturable`, and with it its learning rates back in device tensors."""
+    for group in optimizer.param_groups:
+        group["capturable"] = capturable
+        lr = float(group["lr"])
+        if capturable:
+            device = group["params"][0].device
+            lr = torch.tensor(lr, dtype=_lr_dtype(device), device=device)
+        group["lr"] = lr
+
+
+def _lr_dtype(device: torch.device) -> torch.dtype:
+    return torch.float64 if device.type == "cpu" else torch.float32
 
 
 def _mark_weights_changed(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
@@ -103,5 +144,10 @@ def update_ema(ema: nn.Module, model: nn.Module, decay: float, step: int) -> Non
     The ramp keeps the average from dragging early, near-random weights along: its window,
     1 / (1 - d), grows with training (about step / 9) until it reaches 1 / (1 - decay).
     """
-    d = min(decay, (1 + step) / (10 + step))
-    torch._foreach_lerp_(list(ema.parameters()), list(model.parameters()), 1 - d)
+    torch._foreach_lerp_(list(ema.parameters()), list(model.parameters()),
+                         1 - ema_decay(decay, step))
+
+
+def ema_decay(decay: float, step: int) -> float:
+    """The EMA's decay after `step` steps: min(decay, (1 + step) / (10 + step))."""
+    return min(decay, (1 + step) / (10 + step))

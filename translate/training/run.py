@@ -19,9 +19,10 @@ from translate.metrics import MetricsLog
 from translate.run_folder import locked, run_files, run_id, start_run
 from translate.training.checkpoints import resume_point
 from translate.training.distributed import World, join, together
+from translate.training.graphs import check_recipe
 from translate.training.loop import Interrupted, Trainer
 from translate.training.prepare import prepare_data
-from translate.utils import first_line, pick_device
+from translate.utils import first_line, pick_device, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,9 @@ def _start(recipe: Recipe, run_dir: Path, device: Optional[str], progress: bool,
     """Lock and check the run folder, claim it (a new run) or find the resume point, prepare the
     data and build the Trainer (restored when resuming); `cleanup` releases the lock and closes
     the log file and the metrics log afterwards."""
+    if recipe.train.cuda_graphs:  # before any data is prepared
+        check_recipe(recipe, resolve_precision(recipe.train.precision, pick_device(device)),
+                     world.size)
     if world.is_main:
         check_writable(run_dir)
         cleanup.enter_context(locked(run_dir))
