@@ -15,7 +15,8 @@ from translate.training import Trainer, prepare_data
 from translate.training.graphs import check_recipe
 
 # dropout, clipping, label smoothing and the EMA all in the step; the engine graphs record
-STEP_OVERRIDES = ["train.precision=fp32", "train.engine=plain", "train.eval_every=0", "train.save_every=0",
+STEP_OVERRIDES = ["train.precision=fp32", "train.engine=plain", "train.eval_every=0",
+                  "train.save_every=0",
                   "train.log_every=1", "model.dropout=0.2", "train.clip_norm=0.5",
                   "train.label_smoothing=0.1", "train.ema_decay=0.99"]
 
