@@ -9,8 +9,14 @@ Each checkpoint's `model` weights are averaged: the EMA ones where training kept
 `raw=True` (`--raw`) the optimizer's own weights are averaged instead, which is the classic
 recipe (an average of points along the trajectory, in place of an EMA of them). The result
 keeps the newest checkpoint's recipe, tokenizer and step and records which checkpoints it
-averages; it has no optimizer or training state, so nobody resumes from it by mistake, and it
-loads wherever a checkpoint does (`decode`, `evaluate`, `export`, `Translator.load`).
+averages and the run it comes from; it has no optimizer or training state, so nobody resumes
+from it by mistake, and it loads wherever a checkpoint does (`decode`, `evaluate`, `export`,
+`Translator.load`).
+
+Nothing the user has is overwritten: an output file that exists is refused (unless `force`),
+and a run's own checkpoint names (best.pt, last.pt, step_<N>.pt) are refused as outputs always,
+since `--resume` and `decode` take files of those names for the run's. The inputs must be one
+run's (their run ids), distinct (no step twice, no copies) and finite.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ import torch
 from translate.checkpoint import (FORMAT_VERSION, CheckpointError, read_checkpoint, step_number,
                                   write_checkpoint)
 from translate.model_folder import unique_tensors
+from translate.run_folder import check_own_checkpoint, run_id
+
+RUN_CHECKPOINT_NAMES = ("best.pt", "last.pt")  # and step_<N>.pt
 
 
 @dataclass
@@ -90,14 +99,43 @@ def _weights(data: dict, raw: bool) -> dict:
     return data.get("train_model", data["model"]) if raw else data["model"]
 
 
+def check_output(path: Path, force: bool) -> None:
+    """Refuse an output that would replace a file without `force`, or take a name a run gives
+    its own checkpoints (with or without it)."""
+    if path.name in RUN_CHECKPOINT_NAMES or step_number(path) >= 0:
+        raise CheckpointError(f"{path}: {path.name} is a name a run gives its own checkpoints, "
+                              f"which --resume, decode and average take for the run's; write "
+                              f"the average under another name")
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder; -o takes the checkpoint file to write")
+    if (path.exists() or path.is_symlink()) and not force:
+        raise CheckpointError(f"{path} exists: give another -o, or --force to replace it")
+
+
+def _check_input(path: Path, data: dict, own_id: str | None, seen: dict) -> None:
+    """An input must be the run's own, a step not averaged already, and finite."""
+    check_own_checkpoint(path, data, own_id, "an average takes one run's checkpoints")
+    step = int(data.get("step", step_number(path)))
+    if step in seen:
+        raise CheckpointError(f"{seen[step].name} and {path.name} are both step {step} (a copy?)"
+                              f": an average takes each step once")
+    seen[step] = path
+    for name, tensor in data["model"].items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise CheckpointError(f"{path}: its weight {name} holds NaN or infinite values; "
+                                  f"average checkpoints from before the loss diverged (--last)")
+
+
 def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | None = None,
-                        raw: bool = False) -> Averaged:
+                        raw: bool = False, force: bool = False) -> Averaged:
     """Average the `model` weights (with `raw`, the optimizer's weights) of the run's `last`
     step checkpoints into `out` (default RUN_DIR/average_last<N>[_raw].pt), written
-    atomically."""
+    atomically. An existing `out` is replaced only with `force`."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise CheckpointError(f"run folder not found: {run_dir}")
+    path = Path(out) if out else run_dir / f"average_last{last}{'_raw' if raw else ''}.pt"
+    check_output(path, force)
     if last < 2:
         raise CheckpointError(f"--last must be at least 2, got {last}: one checkpoint is "
                               f"its own average")
@@ -108,24 +146,28 @@ def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | No
                               f"than --last {last}: train with --set train.keep_last={last} to "
                               f"keep them")
     paths = found[-last:]
+    own_id, seen = run_id(run_dir), {}
     first = read_checkpoint(paths[0])
-    first = {"model": _weights(first, raw), **{k: first[k] for k in ("recipe", "tokenizer", "step")
-                                               if k in first}}
+    first = {"model": _weights(first, raw), **{k: first[k] for k in ("recipe", "tokenizer", "step",
+                                                                     "run_id") if k in first}}
     newest = {}
 
     def models() -> Iterator[dict]:
         """Each checkpoint's weights, checked against the first; the newest's recipe kept."""
-        for path in paths:
-            data = first if path == paths[0] else read_checkpoint(path)
-            _check_alike(first, paths[0], data, path)
+        for input_path in paths:
+            data = first if input_path == paths[0] else read_checkpoint(input_path)
+            _check_alike(first, paths[0], data, input_path)
+            # the first input's run id stands for the run when the folder has no run.json
+            _check_input(input_path, {**data, "model": _weights(data, raw)},
+                         own_id or first.get("run_id"), seen)
             newest.update(recipe=data["recipe"], tokenizer=data["tokenizer"],
-                          step=int(data.get("step", step_number(path))))
+                          step=int(data.get("step", step_number(input_path))),
+                          **({"run_id": data["run_id"]} if "run_id" in data else {}))
             model = _weights(data, raw)
             del data  # its optimizer state, before the next checkpoint is read
             yield model
 
     model = average_state_dicts(models())
-    path = Path(out) if out else run_dir / f"average_last{last}{'_raw' if raw else ''}.pt"
     write_checkpoint(path, {"format_version": FORMAT_VERSION, "model": model, **newest,
                             "averaged": [p.name for p in paths],
                             "averaged_weights": "raw" if raw else "model"})

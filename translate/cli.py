@@ -115,8 +115,9 @@ def main(verbose: bool) -> None:
               help="Dataset to use instead of the recipe's (same as TRANSLATE_DATA); with "
               "--resume, the same data in another place.")
 @click.option("--overwrite", is_flag=True,
-              help="Start over in a --run-dir that holds a run, deleting its checkpoints and "
-              "logs (without it, such a folder is refused).")
+              help="Start over in a --run-dir that holds a run (its run.json names it), "
+              "deleting the files that run wrote and nothing else (without it, such a folder "
+              "is refused).")
 @device_option
 @click.option("--no-progress", is_flag=True,
               help="No progress bars (there are none unless stderr is a terminal).")
@@ -529,13 +530,16 @@ def export_command(checkpoint, fmt, output, dtype, quantization):
 @click.option("--raw", is_flag=True,
               help="Average the optimizer's own weights, not the EMA ones the run validates "
               "(where it keeps an EMA).")
-def average(run_dir, last, output, raw):
+@click.option("--force", is_flag=True,
+              help="Replace the output file if it exists (never a run's best.pt, last.pt or "
+              "step_N.pt).")
+def average(run_dir, last, output, raw, force):
     """Average the weights of RUN_DIR's last step checkpoints into one checkpoint that decode,
     evaluate and export read. Train with --set train.keep_last=N to keep N of them."""
     from translate.averaging import average_checkpoints
 
     try:
-        result = average_checkpoints(run_dir, last, output, raw)
+        result = average_checkpoints(run_dir, last, output, raw, force)
     except USER_ERRORS as e:
         _fail(e)
     click.echo(f"averaged {', '.join(p.name for p in result.inputs)} into {result.path}")

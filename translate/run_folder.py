@@ -7,9 +7,14 @@ that already holds a run is refused unless told to overwrite it, so that no two 
 logs and checkpoints. `recipe.yaml` is written once, when the run starts; a resumed run reads
 its recipe from its checkpoint.
 
+`--overwrite` starts over only in a folder whose run.json names a run, and deletes only what
+that run wrote (`owned_files`): its fixed files, the checkpoints that carry its id, the test
+translations its recipe names. Anything else in the folder stays.
+
 While a run trains, it holds an exclusive lock on `RUN_DIR/.lock` (`fcntl.flock`): a second
 `translate train` on the folder is refused with the holder's process id. The kernel drops the
-lock when the holder exits or is killed, so a crashed run never leaves a stale lock behind.
+lock when the holder exits or is killed, so a crashed run never leaves a stale lock behind. A
+`.lock` that is a symbolic link or not a regular file is refused, never opened through.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import time
 import uuid
 from contextlib import contextmanager
@@ -32,9 +38,14 @@ from translate.utils import atomic_write
 
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
-# What `translate train` writes into a run folder (and `--overwrite` removes).
+# What `translate train` writes into a run folder: a folder holding any of these holds a run,
+# and a new run there needs --overwrite.
 RUN_PATTERNS = (RUN_FILE, "recipe.yaml", "metrics.jsonl", "train.log", "spm.model", "spm.*.model",
                 "*.pt", "*.hyp.*", ".*.tmp*")
+# The files of these names are a run's own whatever they hold (checkpoints: when they carry the
+# run's id; the test translations: those its recipe names).
+OWN_NAMES = (RUN_FILE, "recipe.yaml", "metrics.jsonl", "train.log", "spm.model")
+OWN_PATTERNS = ("spm.*.model", ".*.tmp*")
 
 
 class RunFolderError(ValueError):
@@ -55,16 +66,56 @@ def recipe_text(recipe: Recipe, run_dir: Path) -> str:
     return yaml.safe_dump(recipe.to_dict(), sort_keys=False, allow_unicode=True)
 
 
+def owned_files(run_dir: Path) -> list[Path]:
+    """The files the run named by the folder's run.json wrote; a RunFolderError where no
+    run.json names one (then nothing in the folder can be told to be a run's)."""
+    own = run_id(run_dir)
+    if own is None:
+        raise RunFolderError(f"{run_dir} has no {RUN_FILE} naming the run its files belong to; "
+                             f"--overwrite deletes only a run's own files: move the files away "
+                             f"or give a new --run-dir")
+    found = {run_dir / name for name in OWN_NAMES}
+    found |= {p for pattern in OWN_PATTERNS for p in run_dir.glob(pattern)}
+    checkpoints = [run_dir / "best.pt", run_dir / "last.pt", *run_dir.glob("step_*.pt")]
+    found |= {p for p in checkpoints if _carries_id(p, own)}
+    found |= {run_dir / f"{split}.hyp.{lang}" for split, lang in _test_outputs(run_dir)}
+    if (run_dir / "tensorboard").is_dir():
+        found.add(run_dir / "tensorboard")
+    return sorted(p for p in found if p.is_dir() or (p.is_file() and not p.is_symlink()))
+
+
+def _carries_id(path: Path, own: str) -> bool:
+    """Whether the checkpoint at `path` says it is run `own`'s (its small pickled part read)."""
+    from translate.checkpoint import CheckpointError, read_checkpoint
+
+    if not path.is_file() or path.is_symlink():
+        return False
+    try:
+        return read_checkpoint(path, verify=False).get("run_id") == own
+    except CheckpointError:
+        return False
+
+
+def _test_outputs(run_dir: Path) -> list[tuple[str, str]]:
+    """(split, language) of the test translations the run's recipe.yaml names."""
+    try:
+        data = yaml.safe_load((run_dir / "recipe.yaml").read_text(encoding="utf-8"))["data"]
+        return [(str(split), str(data["tgt_lang"])) for split in data["test_splits"]]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return []
+
+
 def start_run(recipe: Recipe, run_dir: Path, overwrite: bool = False) -> str:
     """Claim `run_dir` for a new run: refuse a folder that holds one (or with `overwrite`,
-    remove that run's files first), then write run.json and recipe.yaml. Returns the run id."""
+    remove that run's own files first), then write run.json and recipe.yaml. Returns the run
+    id."""
     previous = run_files(run_dir)
     if previous and not overwrite:
         shown = ", ".join(p.name for p in previous[:4]) + (", ..." if len(previous) > 4 else "")
         raise RunFolderError(f"{run_dir} already holds a run ({shown}): give a new --run-dir, "
                              f"continue it with --resume {run_dir}, or start over in it with "
-                             f"--overwrite (which deletes those files)")
-    for path in previous:
+                             f"--overwrite (which deletes that run's files)")
+    for path in owned_files(run_dir) if previous else []:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     text = recipe_text(recipe, run_dir)
     identity = {"run_id": uuid.uuid4().hex, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -88,14 +139,15 @@ def run_id(run_dir: Path) -> str | None:
                              f"its checkpoints belong to") from None
 
 
-def check_own_checkpoint(path: Path, data: dict, own_id: str | None) -> None:
+def check_own_checkpoint(path: Path, data: dict, own_id: str | None,
+                         todo: str = "move it out of the folder to resume") -> None:
     """A checkpoint in a run folder must be that run's: refuse one that another run wrote."""
     theirs = data.get("run_id")
     if own_id is None or theirs == own_id:
         return
     where = f"run {theirs}" if theirs else "a run from before run ids"
     raise RunFolderError(f"{path} belongs to another run ({where}, not {own_id} of "
-                         f"{path.parent / RUN_FILE}); move it out of the folder to resume")
+                         f"{path.parent / RUN_FILE}); {todo}")
 
 
 @contextmanager
@@ -107,8 +159,18 @@ def locked(run_dir: Path) -> Iterator[None]:
         yield
         return
     path = run_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # never through a link: a .lock pointing elsewhere would truncate that file
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as e:
+        if path.is_symlink():
+            raise RunFolderError(f"{path} is a symbolic link; remove it (the run keeps its lock "
+                                 f"in a file of its own)") from None
+        raise RunFolderError(f"{path} cannot be opened as the run's lock file "
+                             f"({e.strerror or e})") from None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RunFolderError(f"{path} is not a regular file; remove it (the run keeps its "
+                                 f"lock in a file of its own)")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -16,7 +16,7 @@ from translate.data import load_split
 from translate.evaluation import evaluate_split
 from translate.inference import decoding_model
 from translate.metrics import MetricsLog
-from translate.run_folder import locked, run_files, run_id, start_run
+from translate.run_folder import locked, owned_files, run_id, start_run
 from translate.training.checkpoints import resume_point
 from translate.training.distributed import World, join, together
 from translate.training.graphs import check_recipe
@@ -63,7 +63,7 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
             if new_folder:
                 shutil.rmtree(run_dir, ignore_errors=True)
             elif claimed:  # a folder that was there before: only what this run wrote goes
-                for path in run_files(run_dir):
+                for path in owned_files(run_dir):
                     shutil.rmtree(path) if path.is_dir() else path.unlink()
             raise
         try:

@@ -1,0 +1,178 @@
+"""A user's files survive `average`, `train --overwrite` and a hostile `.lock`: each misuse is
+refused in one line with every byte of the folder unchanged; what is allowed touches only what
+the command itself wrote."""
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from conftest import TINY_OVERRIDES
+from translate.checkpoint import read_checkpoint, write_checkpoint
+from translate.cli import main
+
+SHORT = [*TINY_OVERRIDES, "train.eval_every=10", "train.log_every=5", "train.keep_last=5",
+         "data.test_splits=[test_2016_flickr]"]
+
+
+def sets(*items):
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [*map(str, args)])
+
+
+def contents(folder) -> dict:
+    """Every file under `folder` (links as their targets' names), byte for byte."""
+    return {str(p.relative_to(folder)): (os.readlink(p) if p.is_symlink() else p.read_bytes())
+            for p in sorted(folder.rglob("*")) if p.is_symlink() or p.is_file()}
+
+
+def refused(result, says: str, code: int = 1) -> None:
+    assert result.exit_code == code, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error")]
+    assert len(errors) == 1 and says in errors[0], result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.fixture(scope="module")
+def short_run(recipe_path, small_data, tmp_path_factory):
+    """A run of 30 steps: step_10.pt, step_20.pt, step_30.pt, best.pt, its test translation."""
+    run = tmp_path_factory.mktemp("short") / "run"
+    result = cli("train", recipe_path, "--data", small_data, "--run-dir", run, "--no-progress",
+                 *sets(*SHORT, "train.max_steps=30"))
+    assert result.exit_code == 0, result.output
+    return run
+
+
+@pytest.fixture
+def run(short_run, tmp_path):
+    return shutil.copytree(short_run, tmp_path / "run", symlinks=True)
+
+
+# -- average ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["best.pt", "last.pt", "step_30.pt", "step_99.pt"])
+def test_average_never_writes_a_run_checkpoint_name(run, name):
+    before = contents(run)
+    for force in ([], ["--force"]):
+        refused(cli("average", run, "--last", 2, "-o", run / name, *force),
+                "is a name a run gives its own checkpoints")
+    assert contents(run) == before
+
+
+def test_average_replaces_an_existing_file_only_with_force(run, tmp_path):
+    mine = tmp_path / "mine.pt"
+    mine.write_bytes(b"my own bytes")
+    refused(cli("average", run, "--last", 2, "-o", mine), "exists: give another -o, or --force")
+    assert mine.read_bytes() == b"my own bytes"
+    link = tmp_path / "link.pt"
+    link.symlink_to(mine)
+    refused(cli("average", run, "--last", 2, "-o", link), "exists")
+    refused(cli("average", run, "--last", 2, "-o", tmp_path), "is a directory", code=2)
+    assert mine.read_bytes() == b"my own bytes"
+    result = cli("average", run, "--last", 2, "-o", mine, "--force")
+    assert result.exit_code == 0, result.output
+    assert read_checkpoint(mine)["averaged"] == ["step_20.pt", "step_30.pt"]
+
+
+def test_an_average_carries_the_run_id_and_resume_goes_on_beside_it(run):
+    result = cli("average", run, "--last", 3)
+    assert result.exit_code == 0, result.output
+    own = json.loads((run / "run.json").read_text())["run_id"]
+    assert read_checkpoint(run / "average_last3.pt")["run_id"] == own
+    resumed = cli("train", "--resume", run, "--no-progress", *sets("train.max_steps=35"))
+    assert resumed.exit_code == 0, resumed.output
+    assert (run / "average_last3.pt").exists()
+
+
+def rewrite(path, change) -> None:
+    data = read_checkpoint(path)
+    change(data)
+    write_checkpoint(path, data)
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("other run", "belongs to another run"),
+    ("copied step", "are both step 20 (a copy?)"),
+    ("nan weight", "holds NaN or infinite values"),
+])
+def test_average_refuses_inputs_it_cannot_trust(run, damage, says):
+    if damage == "other run":
+        rewrite(run / "step_20.pt", lambda d: d.update(run_id="f" * 32))
+    elif damage == "copied step":
+        (run / "step_30.pt").unlink()
+        shutil.copy(run / "step_20.pt", run / "step_30.pt")
+    else:
+        rewrite(run / "step_30.pt",
+                lambda d: d["model"]["output.weight"].view(-1).__setitem__(7, float("nan")))
+    before = contents(run)
+    refused(cli("average", run, "--last", 2), says)
+    assert contents(run) == before
+
+
+# -- train --overwrite ------------------------------------------------------------------------
+
+def test_overwrite_deletes_only_what_the_run_wrote(run, recipe_path, small_data):
+    (run / "notes.pt").write_bytes(b"my tensors")
+    (run / "mine.hyp.txt").write_text("my hypotheses\n")
+    (run / "tensorboard_mine").mkdir()
+    other = read_checkpoint(run / "step_10.pt")
+    other["run_id"] = "f" * 32
+    write_checkpoint(run / "step_5.pt", other)  # another run's checkpoint, by its id
+    kept = {n: (run / n).read_bytes() for n in ("notes.pt", "mine.hyp.txt", "step_5.pt")}
+    result = cli("train", recipe_path, "--data", small_data, "--run-dir", run, "--overwrite",
+                 "--no-progress", *sets(*SHORT, "train.max_steps=10"))
+    assert result.exit_code == 0, result.output
+    assert {n: (run / n).read_bytes() for n in kept} == kept
+    assert (run / "tensorboard_mine").is_dir()
+    assert not (run / "step_30.pt").exists()  # the old run's own checkpoints are gone, and
+    assert read_checkpoint(run / "step_10.pt")["step"] == 10  # the new run wrote its own
+
+
+def test_overwrite_in_a_folder_without_run_json_is_refused(run, recipe_path, small_data):
+    (run / "run.json").unlink()
+    before = contents(run)
+    refused(cli("train", recipe_path, "--data", small_data, "--run-dir", run, "--overwrite",
+                "--no-progress", *sets(*SHORT, "train.max_steps=10")),
+            "has no run.json naming the run its files belong to")
+    assert contents(run) == before
+
+
+def test_overwrite_in_a_folder_of_someone_elses_files_is_refused(recipe_path, small_data,
+                                                                tmp_path):
+    folder = tmp_path / "experiments"
+    folder.mkdir()
+    (folder / "model.pt").write_bytes(b"a model of mine")
+    (folder / "news.hyp.de").write_text("Nachrichten\n")
+    before = contents(folder)
+    refused(cli("train", recipe_path, "--data", small_data, "--run-dir", folder, "--overwrite",
+                "--no-progress", *sets(*SHORT, "train.max_steps=10")), "has no run.json")
+    assert {k: v for k, v in contents(folder).items() if k != ".lock"} == before  # lock: empty
+
+
+# -- the lock file ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["symlink to a file", "dangling symlink", "folder", "fifo"])
+def test_a_lock_that_is_not_a_regular_file_is_refused(run, tmp_path, kind):
+    target = tmp_path / "precious.txt"
+    target.write_text("do not truncate me\n")
+    (run / ".lock").unlink(missing_ok=True)
+    if kind == "symlink to a file":
+        (run / ".lock").symlink_to(target)
+    elif kind == "dangling symlink":
+        (run / ".lock").symlink_to(tmp_path / "nowhere")
+    elif kind == "folder":
+        (run / ".lock").mkdir()
+    else:
+        os.mkfifo(run / ".lock")
+    before = contents(run)
+    result = cli("train", "--resume", run, "--no-progress", *sets("train.max_steps=35"))
+    refused(result, ".lock")
+    assert target.read_text() == "do not truncate me\n"
+    assert not (tmp_path / "nowhere").exists()
+    assert contents(run) == before
