@@ -71,6 +71,14 @@ class World:
         return list(group[self.rank:: self.size])
 
 
+def step_seed(seed: int, rank: int, step: int) -> int:
+    """The seed of a rank's random draws (dropout) in the step after `step`: a function of the
+    seed, the rank and the step alone, so a resumed run draws what an uninterrupted one did on
+    every rank (a checkpoint saved by rank 0 holds rank 0's generator state only), and ranks
+    draw different masks."""
+    return ((seed * 1_000_003 + rank) * 1_000_033 + step) % 2 ** 63
+
+
 def join(device: torch.device) -> World:
     """The world torchrun describes in the environment (RANK, WORLD_SIZE, LOCAL_RANK, ...),
     joined over gloo, and on CUDA over NCCL too; a lone process when there is none.

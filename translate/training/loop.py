@@ -35,7 +35,7 @@ from translate.tokenizer import SubwordSampler
 from translate.tokens import PAD
 from translate.training.compilation import compiled, engine_name
 from translate.training.distributed import (World, agree, all_sum, all_sum_, any_rank,
-                                            from_main_numbers, sum_gradients)
+                                            from_main_numbers, step_seed, sum_gradients)
 from translate.training.graphs import StepGraphs, check_recipe
 from translate.training.optim import (ema_decay, make_optimizer, plain_numbers,
                                       restore_lr_tensors, skips_on_device, step_unless,
@@ -292,6 +292,8 @@ class Trainer:
         the schedule), the weights and Adam's moments stay as they were.
         """
         tokens = tokens if tokens is not None else sum(b.num_tgt_tokens for b in batches)
+        if self.world.size > 1:  # every rank's dropout from (seed, rank, step): exact resume
+            torch.manual_seed(step_seed(self.cfg.seed, self.world.rank, self.step))
         if self.graphs is not None:
             return self.recorded_step(batches[0], tokens)
         self.model.train()
