@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from limits import within
 from test_distributed import free_port, process_env, sets, torchrun
@@ -124,12 +125,14 @@ def test_a_rank_that_stops_answering_times_out(recipe_path, small_data, tmp_path
                error_lines(out)), out
 
 
-def test_ctrl_c_saves_once_and_the_run_resumes(recipe_path, small_data, tmp_path):
+def test_ctrl_c_saves_once_and_the_run_resumes_exactly(recipe_path, small_data, tmp_path):
     """SIGINT to torchrun's process group, as a terminal sends it: torchrun passes it to every
-    rank; they agree on the step, rank 0 saves last.pt and says so once."""
-    run = tmp_path / "run"
+    rank; they agree on the step, rank 0 saves last.pt and says so once. Resumed, the run (with
+    dropout on) logs every loss and ends with every weight as a run never stopped."""
+    run, straight = tmp_path / "run", tmp_path / "straight"
     proc = start(["-m", "translate", "train", str(recipe_path), "--data", str(small_data),
-                  "--run-dir", str(run), "--no-progress", *sets(*ENDLESS)], tmp_path)
+                  "--run-dir", str(run), "--no-progress", *sets(*ENDLESS, "model.dropout=0.3")],
+                 tmp_path)
     deadline = time.monotonic() + limit()
     while not (run / "metrics.jsonl").is_file() and time.monotonic() < deadline:
         time.sleep(0.2)  # rank 0 writes the first train record at step 5
@@ -141,11 +144,20 @@ def test_ctrl_c_saves_once_and_the_run_resumes(recipe_path, small_data, tmp_path
     said = (f"SIGINT received: stopped at step {step} and saved {run / 'last.pt'}; resume with: "
             f"translate train --resume {run}")
     assert out.count(said) == 1 and out.count("SIGINT received: saving a checkpoint") == 1, out
+    end = step + 5
     out = torchrun(small_data, tmp_path, "train", "--resume", str(run),
-                   "--set", f"train.max_steps={step + 5}")
+                   "--set", f"train.max_steps={end}")
     assert f"resuming from {run / 'last.pt'}: step {step}" in out
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records if r["kind"] == "valid"] == [step + 5]
+    assert [r["step"] for r in records if r["kind"] == "valid"] == [end]
+    torchrun(small_data, tmp_path, "train", str(recipe_path), "--run-dir", str(straight),
+             *sets(*ENDLESS, "model.dropout=0.3", f"train.max_steps={end}"))
+    expected = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["loss"]) for r in records if r["kind"] == "train"] == [
+        (r["step"], r["loss"]) for r in expected if r["kind"] == "train"]
+    resumed, whole = (read_checkpoint(d / f"step_{end}.pt") for d in (run, straight))
+    for name, weight in whole["train_model"].items():
+        assert torch.equal(resumed["train_model"][name], weight), name
 
 
 def test_a_lone_process_keeps_its_own_error():
