@@ -3,9 +3,15 @@
 An entry is a folder ``<cache>/corpora/<key>/`` holding, for each side (``src``, ``tgt``), every
 kept sentence's ids back to back (``.ids``: uint16 for vocabularies up to 65,536, else int32),
 where each sentence starts (``.offsets``, int64) and its length (``.lengths``), and
-``manifest.json`` with the counts and the cleaning statistics. The key covers the split's content
-(each file's size, mtime and SHA-256, or a hub dataset's revision), the SentencePiece models and
-this layout: a corpus file that changes gets a new entry, never a mix of old and new.
+``manifest.json`` with the counts, the cleaning statistics and a CRC-32 of each array. The key
+covers the split's content (each file's size and SHA-256, or a hub dataset's revision), the
+SentencePiece models and this layout: a corpus file that changes gets a new entry, never a mix of
+old and new.
+
+An entry cannot lie about its text or its arrays. The files are hashed again once encoded: one
+rewritten while it was read would file new text under the old bytes' key, so that entry is
+discarded and the run refused. Each array's CRC-32 is checked whenever an entry is opened (about
+3 GB/s: a fraction of a second for WMT14), and an entry that fails it is encoded again.
 
 Encoding streams the split a chunk at a time through `num_proc` worker processes, so memory does
 not grow with the corpus. An entry is written into a temporary folder and renamed into place
@@ -24,6 +30,7 @@ import os
 import random
 import shutil
 import socket
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, Optional
@@ -40,7 +47,7 @@ from translate.utils import first_line
 
 log = logging.getLogger(__name__)
 
-LAYOUT = "corpus-1"  # in the key: entries written in another layout are never read
+LAYOUT = "corpus-2"  # in the key: entries written in another layout are never read
 SIDES = ("src", "tgt")
 CHUNK_PAIRS = 10_000  # pairs read, and encoded by one worker, at a time
 
@@ -85,6 +92,9 @@ def open_corpus(folder: Path, key: str) -> Optional[Corpus]:
         return None
     try:
         info = json.loads(manifest.read_text(encoding="utf-8"))
+        for name, expected in info["checksums"].items():
+            if _checksum(folder / name) != expected:
+                raise ValueError(f"{name} does not match its checksum")
         sides = [_open_side(folder, side, info) for side in SIDES]
         return Corpus(EncodedPairs(*sides), CleanStats(**info["stats"]), key)
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -120,10 +130,13 @@ def build_corpus(folder: Path, source: SplitSource, cfg: DataConfig, tokenizer: 
     try:
         tmp.mkdir(parents=True)
         stats, counts = _write_sides(tmp, source, cfg, tokenizer, num_proc, progress)
+        _check_unchanged(source, identity)
         lengths_dtype = _narrow_lengths(tmp)
+        checksums = {f"{side}.{part}": _checksum(tmp / f"{side}.{part}")
+                     for side in SIDES for part in ("ids", "offsets", "lengths")}
         info = {"identity": identity, "pairs": counts["pairs"], "ids": counts["ids"],
                 "id_dtype": counts["id_dtype"], "length_dtype": lengths_dtype,
-                "stats": asdict(stats)}
+                "stats": asdict(stats), "checksums": checksums}
         (tmp / "manifest.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
         try:
             tmp.rename(folder)
@@ -136,6 +149,26 @@ def build_corpus(folder: Path, source: SplitSource, cfg: DataConfig, tokenizer: 
                         f"data.cache_dir or TRANSLATE_CACHE at a disk with room") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_unchanged(source: SplitSource, identity: dict) -> None:
+    """Refuse an encoding whose files changed while they were read: its entry would hold new
+    text under the old bytes' key, and every later run on the old bytes would train on it."""
+    if source.kind == "hub":
+        return
+    for before, after in zip(identity["split"]["files"], split_identity(source)["files"]):
+        if before != after:
+            raise DataError(f"{source.where}: {before['name']} changed while it was being "
+                            f"encoded; nothing was cached. Run again once the file is stable")
+
+
+def _checksum(path: Path) -> str:
+    """The CRC-32 of a file's bytes, as 8 hex digits."""
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            crc = zlib.crc32(chunk, crc)
+    return f"{crc:08x}"
 
 
 def _write_sides(tmp: Path, source: SplitSource, cfg: DataConfig, tokenizer: Tokenizer,
