@@ -3,30 +3,16 @@ and never cached (the restored file then encodes as a clean run does), and a cac
 damaged in place, at its size, is caught when the entry is opened and encoded again."""
 
 import logging
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import read_jsonl
+from test_corpus import data, tokenizer  # noqa: F401 (fixtures: a copy of the sample, a model)
 from translate import corpus as corpus_module
-from translate.config import DataConfig, TokenizerConfig
+from translate.config import DataConfig
 from translate.corpus import encoded_corpus
 from translate.data import DataError
-from translate.tokenizer import Tokenizer
-
-
-@pytest.fixture(scope="module")
-def tokenizer(small_data) -> Tokenizer:
-    rows = read_jsonl(small_data / "train.jsonl", 500)
-    return Tokenizer.train([r["en"] for r in rows], [r["de"] for r in rows],
-                           TokenizerConfig(vocab_size=500))
-
-
-@pytest.fixture
-def data(small_data, tmp_path) -> Path:
-    return Path(shutil.copytree(small_data, tmp_path / "data"))
 
 
 def entries(cache: Path) -> list[Path]:
