@@ -218,10 +218,13 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
     recipe = recipe_from_dict(data["recipe"], f"{path} (recipe)", resolved=True)
     recipe = data_from(recipe, Path(path) if Path(path).is_dir() else Path(path).parent)
     tokenizer = checkpoint_tokenizer(data, path)
-    model = build_model(recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size,
-                        tokenizer.joint)
+    state = upgrade_state_dict(data["model"])
+    args = (recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
+    check_weights_fit(build_model, args, state, f"{path}: weights do not fit the recipe's "
+                      f"{recipe.model.arch} model")
+    model = build_model(*args)
     try:
-        model.load_state_dict(upgrade_state_dict(data["model"]))
+        model.load_state_dict(state)
     except RuntimeError as e:  # the first line only says "Error(s) in loading state_dict"
         detail = (str(e).splitlines() + [""])[1].strip()
         detail = detail if len(detail) <= 300 else detail[:300] + "..."
@@ -229,6 +232,26 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
                               f"model ({detail})") from None
     model.to(device).eval()
     return Loaded(model, recipe, tokenizer, int(data.get("step", 0)), data)
+
+
+def check_weights_fit(build, args: tuple, state: dict, refusal: str) -> None:
+    """Refuse `state` when it does not fit the model `build(*args)` makes, before that model
+    takes any memory: it is built on the meta device (shapes, no storage) and compared name by
+    name, so a small file that declares a huge model is refused at once."""
+    with torch.device("meta"):
+        expected = build(*args).state_dict()
+    missing = [name for name in expected if name not in state]
+    unexpected = [name for name in state if name not in expected]
+    if missing or unexpected:
+        which = (f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}")
+        raise CheckpointError(f"{refusal} ({which}; {len(missing)} missing, {len(unexpected)} "
+                              f"unexpected)")
+    for name, tensor in expected.items():
+        got = state[name]
+        if not isinstance(got, torch.Tensor) or got.shape != tensor.shape:
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            raise CheckpointError(f"{refusal} ({name}: {shape} in the file, "
+                                  f"{tuple(tensor.shape)} in the model)")
 
 
 def upgrade_state_dict(state: dict) -> dict:
@@ -257,10 +280,27 @@ def _resumable(path: Path, verify: bool) -> dict | None:
     except CheckpointError as e:
         log.warning("skipping %s", e)
         return None
-    if "optimizer" not in data or "trainer" not in data:
-        log.warning("skipping %s: it has no training state to resume from", path)
+    if (missing := missing_state(data)) is not None:
+        log.warning("skipping %s: it holds no %s to resume from", path, missing)
         return None
     return data
+
+
+# What a checkpoint needs to resume from (Trainer.save writes them all).
+RESUME_STATE = ("step", "optimizer", "scheduler", "rng", "trainer")
+TRAINER_STATE = ("epoch", "position", "elapsed", "train_seconds", "best_bleu", "bad_evals",
+                 "bad_losses", "window")
+
+
+def missing_state(data: dict) -> str | None:
+    """The first part of a training state the checkpoint lacks (None: it can be resumed from);
+    a checkpoint for decoding (an average, an export's) has none."""
+    missing = [key for key in RESUME_STATE if key not in data]
+    if missing:
+        return missing[0]
+    if not isinstance(data["trainer"], dict):
+        return "trainer"
+    return next((f"trainer.{key}" for key in TRAINER_STATE if key not in data["trainer"]), None)
 
 
 def newest_checkpoint(run_dir: Path, verify: bool = True) -> tuple[Path, dict]:

@@ -293,7 +293,22 @@ def _build(cls: type, values: dict, where: str):
         _check_budget(built, where)
     if isinstance(built, TokenizerConfig):
         _check_sampling(built, where)
+    if isinstance(built, (DataConfig, TrainConfig)):
+        _check_split_names(built, where)
     return built
+
+
+def _check_split_names(cfg: Any, where: str) -> None:
+    """Split names are text: data.splits maps ours to the dataset's, and the lists name ours."""
+    named = {f"splits.{k}": v for k, v in getattr(cfg, "splits", {}).items()}
+    for field in ("test_splits", "monitor_splits"):
+        named.update({f"{field}[{i}]": v for i, v in enumerate(getattr(cfg, field, ()))})
+    for key, name in named.items():
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{where}.{key}: expected a split name, got {name!r}")
+    for key in getattr(cfg, "splits", {}):
+        if not isinstance(key, str) or not key.strip():
+            raise ConfigError(f"{where}.splits: expected split names as keys, got {key!r}")
 
 
 def _check_budget(cfg: TrainConfig, where: str) -> None:
@@ -337,7 +352,8 @@ AT_MOST = {"d_model": 65_536, "ffn_dim": 1 << 20, "heads": 1024, "encoder_layers
            "vocab_size": 1_000_000, "max_tokens": 1 << 24, "accum_steps": 1 << 16,
            "beam": 1024, "valid_beam": 1024, "max_len": 1 << 20, "max_len_a": 100.0,
            "max_len_b": 1 << 20, "character_coverage": 1.0, "threads": 4096, "num_proc": 4096,
-           "sampling_nbest": 1024, "length_multiple": 1024}
+           "sampling_nbest": 1024, "length_multiple": 1024,
+           "seed": (1 << 32) - 1}  # every generator seeded from it takes 32 bits
 
 
 # Words with a fixed set of values.

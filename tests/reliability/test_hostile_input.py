@@ -66,9 +66,10 @@ CASES = {
     "decode unknown device": (lambda h: ["decode", h["ckpt"], "--device", "gpu"],
                               "--device 'gpu' is not a device: use cpu, cuda, cuda:N or mps"),
     "decode other vocabulary": (lambda h: ["decode", p(h, "other_vocab.pt")],
-                                "weights do not fit the recipe's transformer model (size mismatch"),
+                                "transformer model (src_embed.tokens.weight: (500, 64) in the "
+                                "file, (1000, 64) in the model)"),
     "decode other model type": (lambda h: ["decode", p(h, "other_model.pt")],
-                                "weights do not fit the recipe's rnn model (Missing key(s)"),
+                                "weights do not fit the recipe's rnn model (missing "),
     # decode: input and output
     "decode missing input": (lambda h: ["decode", h["ckpt"], "-i", p(h, "nope")],
                              "input file not found"),

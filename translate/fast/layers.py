@@ -114,9 +114,9 @@ class ByteDropout(nn.Dropout):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0:
             return x
-        if x.device.type != "cpu":
-            return F.dropout(x, self.p, True)
         threshold, n = round(self.p * 256), x.numel()
+        if x.device.type != "cpu" or threshold >= 256:  # (a p this near 1 would keep nothing)
+            return F.dropout(x, self.p, True)
         keep = (random_bytes(n) >= threshold).flatten()[:n].view_as(x)
         # Cast as 0/1 bytes, a vectorized cast (`x * keep` casts the booleans element by element,
         # forward and backward): 1.8x as fast a dropout, for a float mask kept for backward.
