@@ -456,6 +456,12 @@ def attention(checkpoint, text, output, device):
               help="Largest beam a request may ask for; past it 400.")
 @click.option("--max-request-bytes", type=click.IntRange(min=1), default=65536,
               show_default=True, help="Request body size at most; past it 413.")
+@click.option("--max-attention-pieces", type=click.IntRange(min=1), default=128,
+              show_default=True, help="Source pieces /attention draws at most; past it 400.")
+@click.option("--allow-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="A name clients may reach the server by besides its address and localhost "
+              "(repeatable); others are refused (421), so a web page cannot reach it through a "
+              "DNS name of its own. With --host 0.0.0.0 and none given, any name is accepted.")
 def serve(checkpoint, host, port, device, precision, engine, **limits):
     """Serve a CHECKPOINT (a .pt file or a run folder) over HTTP, with a page at /.
 

@@ -9,6 +9,7 @@ import threading
 from contextlib import contextmanager
 
 import pytest
+import torch
 
 pytest.importorskip("starlette", reason="translate serve needs the serve extra")
 httpx = pytest.importorskip("httpx", reason="the tests talk to the app through httpx")
@@ -18,6 +19,7 @@ from starlette.testclient import TestClient  # noqa: E402
 from tests.conftest import read_jsonl  # noqa: E402
 from translate.analysis.attention import CROSS, DECODER_SELF, ENCODER_SELF  # noqa: E402
 from translate.serve import ServeConfig, build_app, load_translator  # noqa: E402
+from translate.serve.app import decode_weights  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +32,14 @@ def sources(small_data) -> list[str]:
     return [row["en"] for row in read_jsonl(small_data / "test_2016_flickr.jsonl", 8)]
 
 
+JSON = {"Content-Type": "application/json"}
+
+
 @contextmanager
 def serving(translator, **limits):
     """A TestClient on the app (its batcher running) with these limits."""
-    with TestClient(build_app(translator, ServeConfig(**limits))) as client:
+    with TestClient(build_app(translator, ServeConfig(**limits)),
+                    base_url="http://localhost") as client:
         yield client
 
 
@@ -56,7 +62,7 @@ def posting(app, path: str, bodies: list[dict]) -> list:
     async def main():
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as c:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
                 return await asyncio.gather(*(c.post(path, json=body) for body in bodies))
 
     return asyncio.run(main())
@@ -98,12 +104,15 @@ def test_attention_has_every_transformer_module_with_its_role_and_labels(client,
         assert (module["queries"], module["keys"]) == axes[module["role"]]
         shape = [cfg.heads, len(body[module["queries"]]), len(body[module["keys"]])]
         assert module["shape"] == shape
-        assert [len(module["weights"]), len(module["weights"][0]),
-                len(module["weights"][0][0])] == shape
-        for head in module["weights"]:
-            assert all(sum(row) == pytest.approx(1, abs=1e-3) for row in head)
-    causal = next(m for m in body["modules"] if m["role"] == DECODER_SELF)["weights"][0]
-    assert causal[0][1:] == [0.0] * (len(causal) - 1)  # the first query sees only itself
+        weights = decode_weights(module["weights"], shape)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(shape[:2]), atol=2e-3, rtol=0)
+    causal = decode_weights(*next((m["weights"], m["shape"]) for m in body["modules"]
+                                  if m["role"] == DECODER_SELF))[0]
+    assert causal[0, 0] == 1 and not causal[0, 1:].any()  # the first query sees only itself
+    maps = translator.attention("A dog runs in the snow.")
+    for module in body["modules"]:  # the recorded weights, to the encoding's 1 / 65535
+        torch.testing.assert_close(decode_weights(module["weights"], module["shape"]),
+                                   maps.weights[module["name"]].float(), atol=1e-5, rtol=0)
 
 
 def test_attention_of_the_rnn_is_its_alignment(trained_rnn_run):
@@ -157,11 +166,11 @@ def test_the_page_and_its_files_are_served(client):
     ("/translate", {"text": "a", "beam": 2, "nbest": 3}, "nbest must be an integer from 1 to 2"),
     ("/attention", {"texts": ["a"]}, "unknown field 'texts'; valid: text"),
     ("/attention", {"text": None}, "text must be a string, not null"),
-    ("/attention", {"text": "dog " * 2000}, "over the model's limit"),
+    ("/attention", {"text": "dog " * 2000}, "over the limit of 128 that /attention draws"),
 ])
 def test_a_malformed_request_is_400_with_a_json_error(translator, path, body, message):
     with serving(translator, max_texts=4, max_beam=6) as client:
-        send = {"content": body} if isinstance(body, bytes) else {"json": body}
+        send = {"content": body, "headers": JSON} if isinstance(body, bytes) else {"json": body}
         answer = client.post(path, **send)
         assert answer.status_code == 400
         assert message in answer.json()["error"]
@@ -175,7 +184,7 @@ def test_a_body_over_the_limit_is_413_declared_or_streamed(translator):
         assert answer.status_code == 413
         assert "over the limit of 100" in answer.json()["error"]
         chunks = (b'{"texts": [' + b'"a dog", ' * 20 + b'"a cat"]}' for _ in range(1))
-        streamed = client.post("/translate", content=chunks)  # chunked: no content-length
+        streamed = client.post("/translate", content=chunks, headers=JSON)  # chunked
         assert streamed.status_code == 413
         assert streamed.json() == {"error": "the body is over the limit of 100 bytes"}
         still_answers(client, translator)
@@ -195,7 +204,7 @@ def test_a_full_queue_is_429_and_the_waiting_requests_are_answered(translator, m
         async with app.router.lifespan_context(app):
             batcher = app.state.batcher
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as c:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
                 first = asyncio.ensure_future(c.post("/translate", json={"text": "A dog."}))
                 while batcher.decoding == 0:  # the first request is in the model
                     await asyncio.sleep(0.01)

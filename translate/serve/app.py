@@ -2,18 +2,23 @@
 
     POST /translate  {"texts": [...], "beam": 5, "nbest": 1}  ->  {"translations", "scores"}
     POST /attention  {"text": "..."}  ->  the greedy translation, token labels, every weight
+                                         (base64 uint16, weight x 65535: `decode_weights`)
     GET  /health     ->  model, step, device, precision, queue depth
     GET  /           ->  the page (translate/serve/page/)
 
-Every request is checked before it queues: a body over `max_request_bytes` is refused with 413,
-a full queue with 429, a malformed request with 400, and a failed decoding answers 500 while the
-server goes on. Errors are JSON, `{"error": "..."}`.
+Every request is checked before it queues: a `Host` header that does not name this server is
+refused with 421 (a web page the user has open cannot reach a local server through a DNS name
+of its own), a POST that is not `application/json` with 415, a body over `max_request_bytes`
+with 413, a full queue with 429, a malformed request with 400, and a failed decoding answers 500
+while the server goes on. Errors are JSON, `{"error": "..."}`. `/attention` takes at most
+`max_attention_pieces` source pieces: its answer grows with their square.
 
 Shapes: H heads, S source pieces, T target pieces.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import time
@@ -21,6 +26,9 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Hashable
+
+import numpy as np
+import torch
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -49,9 +57,13 @@ class ServeConfig:
     max_texts: int = 64  # sentences in one request at most; more: 400
     max_beam: int = 16  # largest beam a request may ask for; more: 400
     max_request_bytes: int = 64 * 1024  # request body at most; more: 413
+    max_attention_pieces: int = 128  # source pieces /attention draws at most; more: 400
+    allowed_hosts: tuple = ()  # Host names besides the bound address's (and loopback's)
 
     def __post_init__(self):
         for name, value in asdict(self).items():
+            if name == "allowed_hosts":
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 \
                     or (value == 0 and name != "batch_wait_ms"):
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
@@ -72,8 +84,10 @@ def error_response(status: int, message: str, **headers: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers or None)
 
 
-def build_app(translator: Translator, cfg: ServeConfig = ServeConfig()) -> Starlette:
-    """The app serving `translator`; its batcher (`app.state.batcher`) lives with the app."""
+def build_app(translator: Translator, cfg: ServeConfig = ServeConfig(),
+              bound: str = "127.0.0.1") -> HostGuard:
+    """The app serving `translator` on address `bound`; its batcher (`app.state.batcher`)
+    lives with the app."""
     max_positions = translator.model.cfg.max_positions
 
     def run(key: Hashable, texts: list[str]) -> list:
@@ -107,10 +121,11 @@ def build_app(translator: Translator, cfg: ServeConfig = ServeConfig()) -> Starl
     async def attention(request: Request) -> Response:
         body = await read_json(request, cfg.max_request_bytes, ("text",))
         text = read_text(body.get("text"), "text")
-        pieces, limit = len(translator.tokenizer.encode_src([text])[0]), max_positions - 1
+        pieces = len(translator.tokenizer.encode_src([text])[0])
+        limit = min(max_positions - 1, cfg.max_attention_pieces)
         if pieces > limit:
-            raise RequestError(400, f"the text has {pieces} pieces, over the model's limit of "
-                                    f"{limit}")
+            raise RequestError(400, f"the text has {pieces} pieces, over the limit of {limit} "
+                                    f"that /attention draws; give a shorter sentence")
         return JSONResponse((await submit(request, "attention", [text]))[0])
 
     async def health(request: Request) -> Response:
@@ -129,8 +144,68 @@ def build_app(translator: Translator, cfg: ServeConfig = ServeConfig()) -> Starl
               Route("/health", logged(health), methods=["GET"]),
               Route("/", logged(page), methods=["GET"]),
               Mount("/page", StaticFiles(directory=PAGE), name="page")]
-    return Starlette(routes=routes, lifespan=lifespan,
-                     exception_handlers={HTTPException: http_error})
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: http_error})
+    return HostGuard(app, allowed_hosts(bound, cfg.allowed_hosts))
+
+
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
+def allowed_hosts(bound: str, extra: tuple = ()) -> set[str] | None:
+    """The names a request's Host may give for a server bound to `bound`: the address itself
+    and, for a loopback or specific address, the loopback names; None (any) for a wildcard
+    address (0.0.0.0, ::) unless names are given."""
+    if bound in ("0.0.0.0", "::", "") and not extra:
+        return None
+    return {name.lower() for name in (bound, *LOOPBACK, *extra)}
+
+
+class HostGuard:
+    """ASGI middleware that refuses requests whose Host is not one of `hosts` (421), and POSTs
+    whose body is not declared `application/json` (415): a page on another site can send a
+    "simple" cross-site POST (text/plain) without asking the browser first, and can reach
+    127.0.0.1 under a DNS name of its own. Both answers are JSON."""
+
+    def __init__(self, app: Starlette, hosts: set[str] | None):
+        self.app, self.hosts = app, hosts
+        self.state, self.router = app.state, app.router  # the app's, as Starlette has them
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                       for k, v in scope["headers"]}
+            refusal = self.refusal(scope["method"], headers)
+            if refusal is not None:
+                await error_response(*refusal)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def refusal(self, method: str, headers: dict[str, str]) -> tuple[int, str] | None:
+        if self.hosts is not None:
+            host = host_name(headers.get("host", ""))
+            if host not in self.hosts:
+                return 421, (f"the Host header names {host or 'nothing'!r}, not this server; "
+                             f"start it with --allow-host {host or 'NAME'} to accept that name")
+        if method == "POST":
+            kind = headers.get("content-type", "").split(";")[0].strip().lower()
+            if kind != "application/json":
+                return 415, (f"the body must be sent as application/json, not "
+                             f"{kind or 'without a Content-Type'}")
+        return None
+
+
+def host_name(header: str) -> str:
+    """The host of a Host header, without its port: 'localhost:8000' -> 'localhost',
+    '[::1]:8000' -> '::1'."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        host, _, rest = header[1:].partition("]")
+        return host if rest in ("", ":") or (rest[:1] == ":" and rest[1:].isdigit()) else header
+    if header.count(":") == 1:  # name:port (a bare IPv6 address has several)
+        host, port = header.split(":")
+        return host if port.isdigit() else header
+    return header
 
 
 async def submit(request: Request, key: Hashable, texts: list[str]) -> list:
@@ -231,8 +306,10 @@ def json_type(value: Any) -> str:
 
 
 def attention_json(maps: AttentionMaps, arch: str) -> dict[str, Any]:
-    """Token labels and every module's weights, (H, T_query, T_key) rounded to 4 places, with
-    the labels of its axes: `queries` and `keys` name one of the three piece lists."""
+    """Token labels and every module's weights, (H, T_query, T_key), with the labels of its
+    axes: `queries` and `keys` name one of the three piece lists. The weights are base64 of
+    little-endian uint16, each weight x 65535 rounded (to 1.5e-5): about a third of the size of
+    JSON numbers rounded to 4 places, and one string to decode (`decode_weights`)."""
     modules = []
     for name, w in maps.weights.items():
         role, layer = maps.roles[name]
@@ -244,8 +321,20 @@ def attention_json(maps: AttentionMaps, arch: str) -> dict[str, Any]:
             queries, keys = "out_pieces", "src_pieces"
         modules.append({"name": name, "role": role, "layer": layer, "queries": queries,
                         "keys": keys, "shape": list(w.shape),
-                        "weights": w.double().mul(1e4).round().div(1e4).tolist()})
+                        "weights": encode_weights(w)})
     return {"translation": maps.translation, "model": arch, "src_pieces": maps.src_pieces,
             "tgt_in_pieces": maps.tgt_in_pieces, "out_pieces": maps.out_pieces,
             "modules": modules}
 
+
+
+def encode_weights(weights: torch.Tensor) -> str:
+    """(..., T, S) weights in [0, 1] -> base64 of little-endian uint16 values, weight x 65535."""
+    scaled = weights.detach().float().clamp(0, 1).mul(65535).round().to(torch.int32)
+    return base64.b64encode(scaled.numpy().astype("<u2").tobytes()).decode("ascii")
+
+
+def decode_weights(text: str, shape: list[int]) -> torch.Tensor:
+    """What `encode_weights` wrote, as float32 weights of `shape`."""
+    values = np.frombuffer(base64.b64decode(text), dtype="<u2").astype(np.float32) / 65535
+    return torch.from_numpy(values.reshape(shape))

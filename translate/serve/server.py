@@ -64,8 +64,9 @@ def serve(path: str | Path, cfg: ServeConfig = ServeConfig(), host: str = "127.0
     sock = bind(host, port)  # first: a port in use fails before the model loads
     with sock:
         translator = load_translator(path, device, precision, engine)
-        config = uvicorn.Config(build_app(translator, cfg), log_config=None, log_level="warning",
-                                access_log=False, lifespan="on", timeout_graceful_shutdown=5)
+        config = uvicorn.Config(build_app(translator, cfg, host), log_config=None,
+                                log_level="warning", access_log=False, lifespan="on",
+                                timeout_graceful_shutdown=5)
         log.info("serving %s (%s, step %d, %s, %s) at %s", path, translator.arch,
                  translator.step, translator.device, translator.precision, url(sock))
         try:

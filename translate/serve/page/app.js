@@ -132,8 +132,18 @@ async function translate() {
   }
 }
 
+function decodeWeights(module) {
+  // base64 of little-endian uint16 values, weight x 65535, in (H, T, S) order -> nested arrays
+  const bytes = Uint8Array.from(atob(module.weights), (c) => c.charCodeAt(0));
+  const view = new DataView(bytes.buffer);
+  const [H, T, S] = module.shape;
+  return Array.from({ length: H }, (_, h) => Array.from({ length: T }, (_, q) =>
+    Array.from({ length: S }, (_, k) => view.getUint16(2 * ((h * T + q) * S + k), true) / 65535)));
+}
+
 async function loadAttention(text) {
   maps = await call("/attention", { text });
+  for (const module of maps.modules) module.weights = decodeWeights(module);
   $("attention-translation").textContent = maps.translation;
   const roles = [...new Set(maps.modules.map((m) => m.role))];
   keepChoice($("role"), roles.map((r) => new Option(ROLE_NAMES[r] || r, r)));

@@ -1,0 +1,131 @@
+"""`translate serve` against hostile requests: a Host that names another site (DNS rebinding) is
+421, a POST that is not application/json (what a cross-site page may send without asking) is
+415, and /attention's longest accepted input, on a model of the recipe's size, answers within
+5 MB. Each refusal is a JSON error, and the server answers the next request."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("httpx")
+from starlette.testclient import TestClient  # noqa: E402
+
+from translate.checkpoint import read_checkpoint, write_checkpoint  # noqa: E402
+from translate.config import load_recipe  # noqa: E402
+from translate.models import build_model  # noqa: E402
+from translate.serve import ServeConfig, build_app, load_translator  # noqa: E402
+from translate.serve.app import decode_weights  # noqa: E402
+
+TEXT = {"text": "A dog runs in the snow."}
+
+
+@pytest.fixture(scope="module")
+def translator(trained_run):
+    return load_translator(trained_run.run_dir, device="cpu", precision="fp32")
+
+
+def client_for(translator, bound="127.0.0.1", host="localhost", **limits) -> TestClient:
+    return TestClient(build_app(translator, ServeConfig(**limits), bound),
+                      base_url=f"http://{host}")
+
+
+def answers_after(client: TestClient) -> None:
+    """The server goes on: a good request from a good host is answered."""
+    good = client.post("/translate", json=TEXT, headers={"Host": "localhost"})
+    assert good.status_code == 200 and good.json()["translations"]
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8000", "127.0.0.1.evil.example",
+                                  "localhost.evil.example", "[::2]:8000", "", "LOCALHOST:8000x"])
+def test_a_host_that_names_another_site_is_421(translator, host):
+    with client_for(translator) as client:
+        for method, path in (("POST", "/translate"), ("POST", "/attention"), ("GET", "/health"),
+                             ("GET", "/"), ("GET", "/page/app.js")):
+            answer = client.request(method, path, json=TEXT if method == "POST" else None,
+                                    headers={"Host": host})
+            assert answer.status_code == 421, (method, path, answer.text)
+            assert "not this server" in answer.json()["error"]
+        answers_after(client)
+
+
+@pytest.mark.parametrize("host", ["localhost", "localhost:8000", "127.0.0.1:8000", "[::1]:8000",
+                                  "LocalHost"])
+def test_loopback_names_are_this_server(translator, host):
+    with client_for(translator) as client:
+        answer = client.get("/health", headers={"Host": host})
+        assert answer.status_code == 200 and answer.json()["status"] == "ok"
+
+
+def test_allow_host_adds_a_name_and_a_wildcard_bind_takes_any(translator):
+    with client_for(translator, allowed_hosts=("translate.lan",)) as client:
+        assert client.get("/health", headers={"Host": "translate.lan:8000"}).status_code == 200
+        assert client.get("/health", headers={"Host": "other.lan"}).status_code == 421
+    with client_for(translator, bound="0.0.0.0") as client:
+        assert client.get("/health", headers={"Host": "any.name:80"}).status_code == 200
+    with client_for(translator, bound="0.0.0.0", allowed_hosts=("gpu1",)) as client:
+        assert client.get("/health", headers={"Host": "gpu1"}).status_code == 200
+        assert client.get("/health", headers={"Host": "evil.example"}).status_code == 421
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "text/plain;charset=UTF-8",
+                                          "application/x-www-form-urlencoded",
+                                          "multipart/form-data; boundary=x",
+                                          "application/jsonp", "application/json-seq"])
+def test_a_post_not_declared_json_is_415(translator, content_type):
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    with client_for(translator) as client:
+        for path in ("/translate", "/attention"):
+            answer = client.post(path, content=json.dumps(TEXT), headers=headers)
+            assert answer.status_code == 415, (path, answer.text)
+            assert "must be sent as application/json" in answer.json()["error"]
+        answers_after(client)
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8",
+                                          "Application/JSON"])
+def test_json_in_any_spelling_is_taken(translator, content_type):
+    with client_for(translator) as client:
+        answer = client.post("/translate", content=json.dumps(TEXT),
+                             headers={"Content-Type": content_type})
+        assert answer.status_code == 200, answer.text
+
+
+@pytest.fixture(scope="module")
+def recipe_sized(trained_run, recipe_path, tmp_path_factory):
+    """The Multi30k recipe's model (untrained: it decodes to the length limit, the most work)
+    with the tiny run's tokenizer."""
+    data = read_checkpoint(trained_run.best_checkpoint)
+    model_cfg = load_recipe(recipe_path).model
+    data["recipe"]["model"] = load_recipe(recipe_path).to_dict()["model"]
+    vocab = int(data["model"]["output.weight"].shape[0])
+    data["model"] = build_model(model_cfg, vocab, vocab, True).state_dict()
+    path = tmp_path_factory.mktemp("recipe_sized") / "model.pt"
+    write_checkpoint(path, data)
+    return load_translator(path, device="cpu", precision="fp32")
+
+
+def test_attention_on_the_longest_accepted_input_answers_within_5_mb(recipe_sized):
+    limit = ServeConfig().max_attention_pieces
+    words = " ".join(["dog"] * 400)
+
+    def pieces(n: int) -> int:
+        return len(recipe_sized.tokenizer.encode_src([" ".join(["dog"] * n)])[0])
+
+    n = max(n for n in range(1, limit + 1) if pieces(n) <= limit)  # the longest accepted
+    text = " ".join(["dog"] * n)
+    assert pieces(n) >= limit - 1
+    with client_for(recipe_sized) as client:
+        over = client.post("/attention", json={"text": words})
+        assert over.status_code == 400 and "over the limit of 128" in over.json()["error"]
+        answer = client.post("/attention", json={"text": text})
+        assert answer.status_code == 200, answer.text
+        size = len(answer.content)
+        body = answer.json()
+        cells = sum(m["shape"][0] * m["shape"][1] * m["shape"][2] for m in body["modules"])
+        print(f"attention: {cells} weights, {size} bytes")
+        assert cells > 500_000 and size <= 5 * 2 ** 20, (cells, size)
+        for module in body["modules"][:2]:
+            assert decode_weights(module["weights"], module["shape"]).shape[0] == 4
