@@ -458,6 +458,14 @@ def attention(checkpoint, text, output, device):
               show_default=True, help="Request body size at most; past it 413.")
 @click.option("--max-attention-pieces", type=click.IntRange(min=1), default=128,
               show_default=True, help="Source pieces /attention draws at most; past it 400.")
+@click.option("--max-call-work", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Work (source pieces x beam) in one decoding call at most: a request over "
+              "it is decoded in parts, with other requests served between them.")
+@click.option("--max-request-work", type=click.IntRange(min=1), default=65536,
+              show_default=True, help="Work (source pieces x beam) in one request at most; "
+              "past it 413.")
+@click.option("--deadline-s", type=click.FloatRange(min=0, min_open=True), default=120.0,
+              show_default=True, help="Seconds a request may take; past them 503.")
 @click.option("--allow-host", "allowed_hosts", multiple=True, metavar="NAME",
               help="A name clients may reach the server by besides its address and localhost "
               "(repeatable); others are refused (421), so a web page cannot reach it through a "

@@ -6,7 +6,15 @@
 from __future__ import annotations
 
 import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
+import httpx
 import pytest
 
 pytest.importorskip("starlette")
@@ -18,6 +26,9 @@ from translate.config import load_recipe  # noqa: E402
 from translate.models import build_model  # noqa: E402
 from translate.serve import ServeConfig, build_app, load_translator  # noqa: E402
 from translate.serve.app import decode_weights  # noqa: E402
+from translate.serve.server import _await_url, _forward  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
 
 TEXT = {"text": "A dog runs in the snow."}
 
@@ -94,7 +105,7 @@ def test_json_in_any_spelling_is_taken(translator, content_type):
 
 
 @pytest.fixture(scope="module")
-def recipe_sized(trained_run, recipe_path, tmp_path_factory):
+def recipe_sized_path(trained_run, recipe_path, tmp_path_factory):
     """The Multi30k recipe's model (untrained: it decodes to the length limit, the most work)
     with the tiny run's tokenizer."""
     data = read_checkpoint(trained_run.best_checkpoint)
@@ -104,7 +115,12 @@ def recipe_sized(trained_run, recipe_path, tmp_path_factory):
     data["model"] = build_model(model_cfg, vocab, vocab, True).state_dict()
     path = tmp_path_factory.mktemp("recipe_sized") / "model.pt"
     write_checkpoint(path, data)
-    return load_translator(path, device="cpu", precision="fp32")
+    return path
+
+
+@pytest.fixture(scope="module")
+def recipe_sized(recipe_sized_path):
+    return load_translator(recipe_sized_path, device="cpu", precision="fp32")
 
 
 def test_attention_on_the_longest_accepted_input_answers_within_5_mb(recipe_sized):
@@ -129,3 +145,37 @@ def test_attention_on_the_longest_accepted_input_answers_within_5_mb(recipe_size
         assert cells > 500_000 and size <= 5 * 2 ** 20, (cells, size)
         for module in body["modules"][:2]:
             assert decode_weights(module["weights"], module["shape"]).shape[0] == 4
+
+
+def test_stopping_mid_work_answers_503_in_json_and_exits_without_the_call(recipe_sized_path):
+    """SIGINT while a long call decodes: its request gets a JSON 503 at once, and the process
+    exits without waiting for the call (the model's thread is abandoned)."""
+    command = [sys.executable, "-m", "translate", "serve", str(recipe_sized_path), "--port", "0",
+               "--device", "cpu", "--max-call-work", "1000000", "--max-request-work", "1000000"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, cwd=REPO)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_forward, args=(process.stderr, lines), daemon=True).start()
+    try:
+        url = _await_url(lines, 120, " ".join(command))
+        long = {"texts": [" ".join(["dog"] * 40)] * 16, "beam": 16}
+        answer: list = []
+        sender = threading.Thread(target=lambda: answer.append(
+            httpx.post(url + "translate", json=long, timeout=120)))
+        sender.start()
+        deadline = time.monotonic() + 60
+        while httpx.get(url + "health").json()["decoding"] == 0:
+            assert time.monotonic() < deadline, "the long request never reached the model"
+            time.sleep(0.05)
+        stopped = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        sender.join(30)
+        assert answer and answer[0].status_code == 503, answer
+        assert answer[0].json() == {"error": "the server is shutting down"}
+        assert answer[0].headers["content-type"] == "application/json"
+        process.wait(timeout=30)
+        assert time.monotonic() - stopped < 10
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -10,7 +10,8 @@ import pytest
 
 pytest.importorskip("starlette", reason="translate serve needs the serve extra")
 
-from translate.serve.batching import Batcher, QueueFull  # noqa: E402
+from translate.serve.batching import (Batcher, DeadlineExceeded, QueueFull,  # noqa: E402
+                                      ShuttingDown)
 
 
 class Model:
@@ -27,6 +28,14 @@ class Model:
         if self.fail_on in texts:
             raise RuntimeError(f"cannot decode {self.fail_on}")
         return [f"{key}:{text.upper()}" for text in texts]
+
+
+async def in_the_model(batcher: Batcher, key, texts) -> asyncio.Future:
+    """Submit `texts` and wait until the model is decoding them (held at its gate)."""
+    answer = asyncio.ensure_future(batcher.submit(key, texts))
+    while batcher.decoding == 0:
+        await asyncio.sleep(0.005)
+    return answer
 
 
 def serve(model: Model, requests: list[tuple], **limits) -> list:
@@ -64,10 +73,10 @@ def test_a_call_holds_at_most_max_batch_sentences_and_keeps_the_order():
     model = Model()
     requests = [("k", ["a", "b"]), ("k", ["c", "d"]), ("k", ["e"]), ("k", ["f", "g", "h", "i"])]
     answers = serve(model, requests, wait_ms=50, max_batch=3)
-    # "e" would fit beside "c", "d", but it waits its turn behind them; a request over the
-    # cap runs alone, whole
+    # "e" would fit beside "a", "b", but it waits its turn behind "c", "d", which do not; a
+    # request over the cap is decoded in parts, and answered whole
     assert [texts for _, texts in model.calls] == [["a", "b"], ["c", "d", "e"],
-                                                  ["f", "g", "h", "i"]]
+                                                  ["f", "g", "h"], ["i"]]
     assert answers[3] == ["k:F", "k:G", "k:H", "k:I"]
 
 
@@ -93,9 +102,7 @@ def test_a_full_queue_refuses_at_once_and_the_waiting_requests_are_answered():
     async def main():
         batcher = Batcher(model, wait_ms=0, max_batch=8, max_queue=3)
         batcher.start()
-        first = asyncio.ensure_future(batcher.submit("k", ["a"]))
-        while batcher.decoding == 0:  # "a" is in the model, behind the gate
-            await asyncio.sleep(0.005)
+        first = await in_the_model(batcher, "k", ["a"])  # behind the gate
         waiting = asyncio.ensure_future(batcher.submit("k", ["b", "c", "d"]))
         await asyncio.sleep(0.01)
         assert batcher.queued == 3
@@ -110,3 +117,92 @@ def test_a_full_queue_refuses_at_once_and_the_waiting_requests_are_answered():
         assert asyncio.run(main()) == [["k:A"], ["k:B", "k:C", "k:D"], ["k:F"]]
     finally:
         gate.set()
+
+
+def test_calls_hold_at_most_max_call_work_and_a_big_sentence_runs_alone():
+    model = Model()
+    requests = [("k", ["a", "b"]), ("k", ["c"]), ("k", ["huge"]), ("k", ["d"])]
+    works = [[3, 3], [3], [50], [1]]
+
+    async def main():
+        batcher = Batcher(model, wait_ms=50, max_call_work=8)
+        batcher.start()
+        try:
+            return await asyncio.gather(*(batcher.submit(k, t, w)
+                                          for (k, t), w in zip(requests, works)))
+        finally:
+            await batcher.stop()
+
+    answers = asyncio.run(main())
+    assert [texts for _, texts in model.calls] == [["a", "b"], ["c"], ["huge"], ["d"]]
+    assert answers == [["k:A", "k:B"], ["k:C"], ["k:HUGE"], ["k:D"]]
+
+
+def test_a_small_request_waits_for_one_part_of_a_big_one_not_for_all():
+    """Round robin between parts: the big request's remaining sentences go behind the small
+    request that arrived while its first part was decoded."""
+    gate = threading.Event()
+    model = Model(gate=gate)
+
+    async def main():
+        batcher = Batcher(model, wait_ms=0, max_batch=2)
+        batcher.start()
+        big = await in_the_model(batcher, "b16", list("abcdef"))  # its first part
+        small = asyncio.ensure_future(batcher.submit("b1", ["x"]))
+        await asyncio.sleep(0.01)
+        gate.set()
+        answers = await asyncio.gather(big, small)
+        await batcher.stop()
+        return answers
+
+    try:
+        big, small = asyncio.run(main())
+    finally:
+        gate.set()
+    assert [texts for _, texts in model.calls] == [["a", "b"], ["x"], ["c", "d"], ["e", "f"]]
+    assert big == [f"b16:{c.upper()}" for c in "abcdef"] and small == ["b1:X"]
+
+
+def test_a_request_past_its_deadline_fails_before_its_next_part():
+    gate = threading.Event()
+    model = Model(gate=gate)
+
+    async def main():
+        batcher = Batcher(model, wait_ms=0, max_batch=1, deadline_s=0.05)
+        batcher.start()
+        slow = asyncio.ensure_future(batcher.submit("k", ["a", "b", "c"]))
+        await asyncio.sleep(0.1)  # the first part is held past the deadline
+        gate.set()
+        try:
+            await slow
+        finally:
+            await batcher.stop()
+
+    try:
+        with pytest.raises(DeadlineExceeded, match=r"within 0.05 s \(1 of 3 sentences were\)"):
+            asyncio.run(main())
+    finally:
+        gate.set()
+    assert [texts for _, texts in model.calls] == [["a"]]
+
+
+def test_closing_fails_the_running_and_the_waiting_requests_at_once():
+    gate = threading.Event()
+    model = Model(gate=gate)
+
+    async def main():
+        batcher = Batcher(model, wait_ms=0, max_batch=1)
+        batcher.start()
+        running = await in_the_model(batcher, "k", ["a"])
+        waiting = asyncio.ensure_future(batcher.submit("k", ["b"]))
+        await asyncio.sleep(0.01)
+        batcher.close()  # the model is still busy with "a": nobody waits for it
+        answers = await asyncio.gather(running, waiting, return_exceptions=True)
+        await batcher.stop()
+        return answers
+
+    try:
+        answers = asyncio.run(main())
+    finally:
+        gate.set()
+    assert all(isinstance(a, ShuttingDown) for a in answers), answers

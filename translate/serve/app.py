@@ -9,9 +9,11 @@
 Every request is checked before it queues: a `Host` header that does not name this server is
 refused with 421 (a web page the user has open cannot reach a local server through a DNS name
 of its own), a POST that is not `application/json` with 415, a body over `max_request_bytes`
-with 413, a full queue with 429, a malformed request with 400, and a failed decoding answers 500
-while the server goes on. Errors are JSON, `{"error": "..."}`. `/attention` takes at most
-`max_attention_pieces` source pieces: its answer grows with their square.
+or work over `max_request_work` (source pieces x beam) with 413, a full queue with 429, a
+malformed request with 400. A request past `deadline_s`, or cut short by the server stopping,
+is answered 503; a failed decoding 500, while the server goes on. Errors are JSON,
+`{"error": "..."}`. `/attention` takes at most `max_attention_pieces` source pieces: its answer
+grows with their square.
 
 Shapes: H heads, S source pieces, T target pieces.
 """
@@ -40,7 +42,7 @@ from starlette.staticfiles import StaticFiles
 from translate.analysis.attention import AttentionMaps
 from translate.api import Translator
 from translate.models.attention import DECODER_SELF, ENCODER_SELF
-from translate.serve.batching import Batcher, QueueFull
+from translate.serve.batching import Batcher, DeadlineExceeded, QueueFull, ShuttingDown
 from translate.utils import first_line
 
 log = logging.getLogger("translate.serve")
@@ -58,6 +60,11 @@ class ServeConfig:
     max_beam: int = 16  # largest beam a request may ask for; more: 400
     max_request_bytes: int = 64 * 1024  # request body at most; more: 413
     max_attention_pieces: int = 128  # source pieces /attention draws at most; more: 400
+    # work, in source pieces x beam: in one decoding call at most (a request over it is decoded
+    # in parts, others served between them), and in one request at most (more: 413)
+    max_call_work: int = 1024
+    max_request_work: int = 65_536
+    deadline_s: float = 120.0  # a request not answered by then: 503
     allowed_hosts: tuple = ()  # Host names besides the bound address's (and loopback's)
 
     def __post_init__(self):
@@ -67,6 +74,9 @@ class ServeConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 \
                     or (value == 0 and name != "batch_wait_ms"):
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
+        if self.max_request_work < self.max_call_work:
+            raise ValueError(f"max_request_work ({self.max_request_work}) must be at least "
+                             f"max_call_work ({self.max_call_work})")
         if self.max_queue < self.max_texts:
             raise ValueError(f"max_queue ({self.max_queue}) must be at least max_texts "
                              f"({self.max_texts}), or a full request could never queue")
@@ -99,7 +109,8 @@ def build_app(translator: Translator, cfg: ServeConfig = ServeConfig(),
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
-        app.state.batcher = Batcher(run, cfg.batch_wait_ms, cfg.max_batch, cfg.max_queue)
+        app.state.batcher = Batcher(run, cfg.batch_wait_ms, cfg.max_batch, cfg.max_queue,
+                                    cfg.max_call_work, cfg.deadline_s)
         app.state.batcher.start()
         yield
         await app.state.batcher.stop()
@@ -109,7 +120,12 @@ def build_app(translator: Translator, cfg: ServeConfig = ServeConfig(),
         texts = read_texts(body, cfg.max_texts)
         beam = read_int(body, "beam", 5, 1, cfg.max_beam)
         nbest = read_int(body, "nbest", 1, 1, beam)
-        found = await submit(request, ("translate", beam, nbest), texts)
+        work = [len(ids) * beam for ids in translator.tokenizer.encode_src(texts)]
+        if sum(work) > cfg.max_request_work:
+            raise RequestError(413, f"the request is {sum(work)} units of work (source pieces "
+                                    f"x beam), over the limit of {cfg.max_request_work}: send "
+                                    f"fewer or shorter sentences, or a smaller beam")
+        found = await submit(request, ("translate", beam, nbest), texts, work)
         if nbest == 1:  # a Translation per text
             translations, scores = [h.text for h in found], [round(h.score, 4) for h in found]
         else:  # a list of `nbest` per text, best first
@@ -126,7 +142,7 @@ def build_app(translator: Translator, cfg: ServeConfig = ServeConfig(),
         if pieces > limit:
             raise RequestError(400, f"the text has {pieces} pieces, over the limit of {limit} "
                                     f"that /attention draws; give a shorter sentence")
-        return JSONResponse((await submit(request, "attention", [text]))[0])
+        return JSONResponse((await submit(request, "attention", [text], [pieces]))[0])
 
     async def health(request: Request) -> Response:
         batcher = request.app.state.batcher
@@ -208,12 +224,15 @@ def host_name(header: str) -> str:
     return header
 
 
-async def submit(request: Request, key: Hashable, texts: list[str]) -> list:
-    """The batcher's results for `texts`: a full queue is 429 and a failed decoding 500."""
+async def submit(request: Request, key: Hashable, texts: list[str], work: list[int]) -> list:
+    """The batcher's results for `texts`: a full queue is 429, a request past its deadline or
+    cut short by the server stopping 503, and a failed decoding 500."""
     try:
-        return await request.app.state.batcher.submit(key, texts)
+        return await request.app.state.batcher.submit(key, texts, work)
     except QueueFull as e:
         raise RequestError(429, str(e)) from None
+    except (DeadlineExceeded, ShuttingDown) as e:
+        raise RequestError(503, str(e)) from None
     except Exception as e:
         log.exception("decoding failed")
         raise RequestError(500, f"decoding failed: {type(e).__name__}: {first_line(e)}") from None
@@ -229,7 +248,7 @@ def logged(handler: Callable[[Request], Awaitable[Response]]
             response = await handler(request)
         except RequestError as e:
             response = error_response(e.status, str(e),
-                                      **({"Retry-After": "1"} if e.status == 429 else {}))
+                                      **({"Retry-After": "1"} if e.status in (429, 503) else {}))
         except Exception as e:  # a bug: still JSON, and the server goes on
             log.exception("%s %s failed", request.method, request.url.path)
             response = error_response(500, f"{type(e).__name__}: {first_line(e)}")

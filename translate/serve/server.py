@@ -70,9 +70,21 @@ def serve(path: str | Path, cfg: ServeConfig = ServeConfig(), host: str = "127.0
         log.info("serving %s (%s, step %d, %s, %s) at %s", path, translator.arch,
                  translator.step, translator.device, translator.precision, url(sock))
         try:
-            uvicorn.Server(config).run(sockets=[sock])
+            Server(config).run(sockets=[sock])
         finally:
             log.info("stopped serving %s", path)
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server that, as it begins to stop, answers every request still waiting for
+    the model (the running call's too) with a JSON 503, so none is cut off with a bare 500 and
+    none holds the exit; the call itself is abandoned (`Batcher.close`)."""
+
+    async def shutdown(self, sockets=None) -> None:
+        batcher = getattr(self.config.app.state, "batcher", None)
+        if batcher is not None:
+            batcher.close()
+        await super().shutdown(sockets)
 
 
 @contextmanager
