@@ -466,6 +466,15 @@ def attention(checkpoint, text, output, device):
               "past it 413.")
 @click.option("--deadline-s", type=click.FloatRange(min=0, min_open=True), default=120.0,
               show_default=True, help="Seconds a request may take; past them 503.")
+@click.option("--head-timeout-s", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              show_default=True, help="Seconds a client has to send a request's headers; "
+              "then its connection is closed.")
+@click.option("--body-timeout-s", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              show_default=True, help="Seconds a client has to send a request's body; past "
+              "them 408.")
+@click.option("--max-connections", type=click.IntRange(min=1), default=None,
+              help="Connections open at most; past it the one idle longest is closed "
+              "(default: what the descriptor limit, ulimit -n, leaves room for, at most 1024).")
 @click.option("--allow-host", "allowed_hosts", multiple=True, metavar="NAME",
               help="A name clients may reach the server by besides its address and localhost "
               "(repeatable); others are refused (421), so a web page cannot reach it through a "
@@ -483,6 +492,7 @@ def serve(checkpoint, host, port, device, precision, engine, **limits):
             raise
         _fail(ModuleNotFoundError(f"translate serve needs Starlette and uvicorn: "
                                   f"pip install 'translate-nmt[serve]' (no module named {e.name!r})"))
+    limits = {k: v for k, v in limits.items() if v is not None}  # None: the default
     try:
         run_server(checkpoint, ServeConfig(**limits), host, port, device, precision, engine)
     except KeyboardInterrupt:  # uvicorn stopped gracefully, then raised the signal again

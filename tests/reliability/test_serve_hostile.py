@@ -179,3 +179,99 @@ def test_stopping_mid_work_answers_503_in_json_and_exits_without_the_call(recipe
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def serve_process(path, *options: str, nofile: int | None = None):
+    """`translate serve PATH --port 0 OPTIONS` in a subprocess (with a descriptor limit):
+    (process, url, stderr lines so far)."""
+    import resource
+
+    def limit_descriptors():
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    command = [sys.executable, "-m", "translate", "serve", str(path), "--port", "0",
+               "--device", "cpu", *options]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, cwd=REPO, preexec_fn=limit_descriptors)
+    lines: queue.Queue = queue.Queue()
+    said: list[str] = []
+
+    def keep(stream, out):
+        for line in stream:
+            said.append(line)
+            out.put(line)
+        out.put(None)
+
+    threading.Thread(target=keep, args=(process.stderr, lines), daemon=True).start()
+    return process, _await_url(lines, 120, " ".join(command)), said
+
+
+def stop(process) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_stalled_clients_past_the_descriptor_limit_never_starve_health(trained_run):
+    """300 connections that send nothing (or half a request line) against a server limited to
+    256 descriptors: /health answers within 2 s throughout, and the log grows by a few lines."""
+    import socket
+    from urllib.parse import urlparse
+
+    process, url, said = serve_process(trained_run.run_dir, nofile=256)
+    address = urlparse(url)
+    stalled, slowest = [], 0.0
+    try:
+        logged_before = len(said)
+        for i in range(300):
+            sock = socket.create_connection((address.hostname, address.port), timeout=5)
+            if i % 3 == 0:
+                sock.sendall(b"GET /health HT")  # half a request line, never finished
+            stalled.append(sock)
+            if i % 25 == 0:
+                start = time.monotonic()
+                answer = httpx.get(url + "health", timeout=10)
+                slowest = max(slowest, time.monotonic() - start)
+                assert answer.status_code == 200, answer.text
+        for _ in range(10):  # and while they all stay open
+            start = time.monotonic()
+            assert httpx.get(url + "health", timeout=10).status_code == 200
+            slowest = max(slowest, time.monotonic() - start)
+            time.sleep(0.2)
+        assert slowest < 2.0, slowest
+        assert len(said) - logged_before <= 5, said[logged_before:]
+        good = httpx.post(url + "translate", json=TEXT, timeout=30)
+        assert good.status_code == 200 and good.json()["translations"]
+    finally:
+        for sock in stalled:
+            sock.close()
+        stop(process)
+
+
+def test_a_head_or_body_that_never_comes_is_dropped_in_time(trained_run):
+    import socket
+    from urllib.parse import urlparse
+
+    process, url, _ = serve_process(trained_run.run_dir, "--head-timeout-s", "1",
+                                    "--body-timeout-s", "1")
+    address = urlparse(url)
+    try:
+        silent = socket.create_connection((address.hostname, address.port), timeout=10)
+        silent.sendall(b"POST /translate HTTP/1.1\r\nHost: localhost\r\n")  # no end of head
+        start = time.monotonic()
+        assert silent.recv(100) == b""  # closed by the server, unanswered
+        assert time.monotonic() - start < 5
+        body_less = socket.create_connection((address.hostname, address.port), timeout=10)
+        body_less.sendall(b"POST /translate HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+                          b"application/json\r\nContent-Length: 100\r\n\r\n{\"text\"")
+        answer = body_less.recv(4096).decode()
+        assert answer.startswith("HTTP/1.1 408"), answer
+        assert '"error":"the body did not arrive within 1 s"' in answer
+        assert httpx.get(url + "health", timeout=5).status_code == 200
+    finally:
+        stop(process)

@@ -20,12 +20,13 @@ Shapes: H heads, S source pieces, T target pieces.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
 import time
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Hashable
 
@@ -43,6 +44,7 @@ from translate.analysis.attention import AttentionMaps
 from translate.api import Translator
 from translate.models.attention import DECODER_SELF, ENCODER_SELF
 from translate.serve.batching import Batcher, DeadlineExceeded, QueueFull, ShuttingDown
+from translate.serve.connections import default_max_connections
 from translate.utils import first_line
 
 log = logging.getLogger("translate.serve")
@@ -65,6 +67,12 @@ class ServeConfig:
     max_call_work: int = 1024
     max_request_work: int = 65_536
     deadline_s: float = 120.0  # a request not answered by then: 503
+    # a request's head must arrive within head_timeout_s (else the connection is closed), its
+    # body within body_timeout_s (else 408); past max_connections open, the one idle longest
+    # is closed (default: what the process's descriptor limit leaves room for)
+    head_timeout_s: float = 10.0
+    body_timeout_s: float = 10.0
+    max_connections: int = field(default_factory=default_max_connections)
     allowed_hosts: tuple = ()  # Host names besides the bound address's (and loopback's)
 
     def __post_init__(self):
@@ -116,7 +124,8 @@ def build_app(translator: Translator, cfg: ServeConfig = ServeConfig(),
         await app.state.batcher.stop()
 
     async def translate(request: Request) -> Response:
-        body = await read_json(request, cfg.max_request_bytes, ("texts", "text", "beam", "nbest"))
+        body = await read_json(request, cfg.max_request_bytes, ("texts", "text", "beam", "nbest"),
+                               cfg.body_timeout_s)
         texts = read_texts(body, cfg.max_texts)
         beam = read_int(body, "beam", 5, 1, cfg.max_beam)
         nbest = read_int(body, "nbest", 1, 1, beam)
@@ -135,7 +144,7 @@ def build_app(translator: Translator, cfg: ServeConfig = ServeConfig(),
                              "nbest": nbest})
 
     async def attention(request: Request) -> Response:
-        body = await read_json(request, cfg.max_request_bytes, ("text",))
+        body = await read_json(request, cfg.max_request_bytes, ("text",), cfg.body_timeout_s)
         text = read_text(body.get("text"), "text")
         pieces = len(translator.tokenizer.encode_src([text])[0])
         limit = min(max_positions - 1, cfg.max_attention_pieces)
@@ -264,16 +273,26 @@ async def http_error(request: Request, exc: HTTPException) -> Response:
     return error_response(exc.status_code, exc.detail)
 
 
-async def read_json(request: Request, limit: int, fields: tuple[str, ...]) -> dict[str, Any]:
-    """The body as a JSON object with only `fields`, read no further than `limit` bytes."""
+async def read_json(request: Request, limit: int, fields: tuple[str, ...],
+                    timeout: float = 10.0) -> dict[str, Any]:
+    """The body as a JSON object with only `fields`, read no further than `limit` bytes and
+    for no longer than `timeout` seconds."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise RequestError(413, f"the body has {declared} bytes, over the limit of {limit}")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise RequestError(413, f"the body is over the limit of {limit} bytes")
+
+    async def read() -> bytearray:
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise RequestError(413, f"the body is over the limit of {limit} bytes")
+        return body
+
+    try:
+        body = await asyncio.wait_for(read(), timeout)
+    except asyncio.TimeoutError:
+        raise RequestError(408, f"the body did not arrive within {timeout:g} s") from None
     try:
         value = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

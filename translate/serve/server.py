@@ -24,6 +24,7 @@ import uvicorn
 from translate.api import Translator
 from translate.checkpoint import load_checkpoint
 from translate.serve.app import ServeConfig, build_app
+from translate.serve.connections import guarded_protocol, quiet_accept_errors
 from translate.utils import pick_device
 
 log = logging.getLogger("translate.serve")
@@ -64,9 +65,11 @@ def serve(path: str | Path, cfg: ServeConfig = ServeConfig(), host: str = "127.0
     sock = bind(host, port)  # first: a port in use fails before the model loads
     with sock:
         translator = load_translator(path, device, precision, engine)
+        quiet_accept_errors()
         config = uvicorn.Config(build_app(translator, cfg, host), log_config=None,
                                 log_level="warning", access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=5)
+                                timeout_graceful_shutdown=5,
+                                http=guarded_protocol(cfg.head_timeout_s, cfg.max_connections))
         log.info("serving %s (%s, step %d, %s, %s) at %s", path, translator.arch,
                  translator.step, translator.device, translator.precision, url(sock))
         try:
