@@ -72,6 +72,10 @@ def main() -> None:
     ap.add_argument("--big", type=int, default=64, help="sentences in the big request")
     ap.add_argument("--big-beam", type=int, default=16)
     ap.add_argument("--after", type=float, default=2.0, help="seconds before the small request")
+    ap.add_argument("--long", type=int, default=1,
+                    help="each big sentence repeated this many times (longer sentences)")
+    ap.add_argument("--max-call-work", type=int, default=None,
+                    help="the budgeted server's --max-call-work (default: translate's)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--servers", default="budgeted,unsplit",
                     help="which servers to time: budgeted (the defaults), unsplit, or both")
@@ -84,9 +88,10 @@ def main() -> None:
     from translate.utils import cpu_name
 
     src, _ = load_split(DataConfig(dataset=args.data), args.split)
-    big = sorted(src, key=len, reverse=True)[: args.big]
+    big = [" ".join([s] * args.long) for s in sorted(src, key=len, reverse=True)[: args.big]]
     small = min(src, key=len)
-    servers = {"budgeted": [], "unsplit": UNSPLIT}
+    budget = [] if args.max_call_work is None else ["--max-call-work", str(args.max_call_work)]
+    servers = {"budgeted": budget, "unsplit": UNSPLIT}
     chosen = args.servers.split(",")
     results: dict[str, list[dict]] = {name: [] for name in chosen}
     with ExitStack() as stack:
@@ -110,7 +115,8 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({
         "checkpoint": str(args.checkpoint), "split": args.split, "big": args.big,
-        "big_beam": args.big_beam, "after_s": args.after, "cpu": cpu_name(),
+        "big_beam": args.big_beam, "long": args.long, "max_call_work": args.max_call_work,
+        "after_s": args.after, "cpu": cpu_name(),
         "python": platform.python_version(), "rounds": results, "medians": summary}, indent=2))
     print(f"wrote {args.json}")
 

@@ -458,7 +458,7 @@ def attention(checkpoint, text, output, device):
               show_default=True, help="Request body size at most; past it 413.")
 @click.option("--max-attention-pieces", type=click.IntRange(min=1), default=128,
               show_default=True, help="Source pieces /attention draws at most; past it 400.")
-@click.option("--max-call-work", type=click.IntRange(min=1), default=1024, show_default=True,
+@click.option("--max-call-work", type=click.IntRange(min=1), default=8192, show_default=True,
               help="Work (source pieces x beam) in one decoding call at most: a request over "
               "it is decoded in parts, with other requests served between them.")
 @click.option("--max-request-work", type=click.IntRange(min=1), default=65536,

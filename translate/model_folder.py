@@ -4,16 +4,21 @@
                         tensor stored once; optionally in bf16 or fp16
     spm.model           the SentencePiece model (spm.<src>.model and spm.<tgt>.model when the
                         vocabularies are separate)
-    config.json         the format's name and version, the step, the dtype, the files, and the
-                        recipe's model, languages, tokenizer and decode settings
+    config.json         the format's name and version, the step, the dtype, the files with
+                        their SHA-256, and the recipe's model, languages, tokenizer and decode
+                        settings
 
-No optimizer, no training state, no machine paths. `read_model_folder` returns the same dict a
+No optimizer, no training state, no machine paths. A folder is checked as a checkpoint is when
+read: every file config.json names must be a plain file in the folder (no path out of it) with
+the SHA-256 recorded at export, so flipped bytes or swapped tensors are refused, and the
+weights' shapes are compared with the recipe's model before it is built (`load_checkpoint`). `read_model_folder` returns the same dict a
 .pt checkpoint holds, so `load_checkpoint` (and with it `decode`, `evaluate`, the API and the
 server) loads a folder as it loads a checkpoint.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -22,7 +27,7 @@ import torch
 from translate.tokens import SPECIAL_IDS
 from translate.utils import first_line
 
-FORMAT, FORMAT_VERSION = "translate", 1
+FORMAT, FORMAT_VERSION = "translate", 2  # 2: config.json holds each file's SHA-256
 CONFIG, WEIGHTS = "config.json", "model.safetensors"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -93,9 +98,11 @@ def write_model_folder(data: dict, out: Path, dtype: str = "fp32", source: str =
         files = {side: f"spm.{name}.model" for side, name in names.items()}
     (out / files["src"]).write_bytes(src)
     (out / files["tgt"]).write_bytes(tgt)
+    digests = {name: _sha256(out / name) for name in sorted({WEIGHTS, *files.values()})}
     config = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": int(data.get("step", 0)),
               "source": source, "dtype": dtype, "weights": WEIGHTS,
-              "tokenizer": {**files, "special_ids": SPECIAL_IDS}, "recipe": recipe}
+              "tokenizer": {**files, "special_ids": SPECIAL_IDS}, "sha256": digests,
+              "recipe": recipe}
     if "averaged" in data:
         config["averaged"] = list(data["averaged"])
     (out / CONFIG).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n",
@@ -108,10 +115,13 @@ def read_model_folder(path: Path) -> dict:
     names = config["tokenizer"] if isinstance(config.get("tokenizer"), dict) else {}
     needed = [config.get("weights", WEIGHTS), names.get("src", "spm.model"),
               names.get("tgt", "spm.model")]
+    for name in needed:
+        _check_inside(path, name)
     missing = sorted({name for name in needed if not (path / name).is_file()})
     if missing:
         raise ModelFolderError(f"{path}: incomplete exported model folder: missing "
                                f"{', '.join(missing)}")
+    _check_digests(path, config, needed)
     from safetensors import safe_open
 
     weights = path / needed[0]
@@ -129,6 +139,36 @@ def read_model_folder(path: Path) -> dict:
     return {"format_version": 1, "model": state, "recipe": config["recipe"],
             "tokenizer": {**spm, "special_ids": names.get("special_ids", SPECIAL_IDS)},
             "step": int(config.get("step", 0)), "exported": config}
+
+
+def _check_inside(path: Path, name) -> None:
+    """A file config.json names must be a plain name of a file in the folder itself."""
+    if (not isinstance(name, str) or not name or name in (".", "..") or Path(name).name != name
+            or "\\" in name):
+        raise ModelFolderError(f"{path / CONFIG}: names the file {name!r}; an exported folder's "
+                               f"files are plain names inside it")
+    file = path / name
+    if file.is_symlink() and file.resolve().parent != path.resolve():
+        raise ModelFolderError(f"{file} links out of the folder (to {file.resolve()}); an "
+                               f"exported folder holds its own files")
+
+
+def _check_digests(path: Path, config: dict, names: list[str]) -> None:
+    """Each file's SHA-256 must be the one recorded at export (format 2 and later)."""
+    digests = config.get("sha256")
+    if int(config.get("format_version", 1)) < 2 and digests is None:
+        return  # exported before digests were recorded
+    if not isinstance(digests, dict):
+        raise ModelFolderError(f"{path / CONFIG}: no SHA-256 of its files (\"sha256\")")
+    for name in sorted(set(names)):
+        if digests.get(name) != _sha256(path / name):
+            raise ModelFolderError(f"{path / name}: its SHA-256 is not the one recorded at "
+                                   f"export; the file was changed or damaged: export it again")
+
+
+def _sha256(file: Path) -> str:
+    with open(file, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _read_config(path: Path) -> dict:

@@ -64,7 +64,7 @@ class ServeConfig:
     max_attention_pieces: int = 128  # source pieces /attention draws at most; more: 400
     # work, in source pieces x beam: in one decoding call at most (a request over it is decoded
     # in parts, others served between them), and in one request at most (more: 413)
-    max_call_work: int = 1024
+    max_call_work: int = 8192
     max_request_work: int = 65_536
     deadline_s: float = 120.0  # a request not answered by then: 503
     # a request's head must arrive within head_timeout_s (else the connection is closed), its
