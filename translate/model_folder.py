@@ -11,9 +11,9 @@
 No optimizer, no training state, no machine paths. A folder is checked as a checkpoint is when
 read: every file config.json names must be a plain file in the folder (no path out of it) with
 the SHA-256 recorded at export, so flipped bytes or swapped tensors are refused, and the
-weights' shapes are compared with the recipe's model before it is built (`load_checkpoint`). `read_model_folder` returns the same dict a
-.pt checkpoint holds, so `load_checkpoint` (and with it `decode`, `evaluate`, the API and the
-server) loads a folder as it loads a checkpoint.
+weights' shapes are compared with the recipe's model before it is built (`load_checkpoint`).
+`read_model_folder` returns the same dict a .pt checkpoint holds, so `load_checkpoint` (and with
+it `decode`, `evaluate`, the API and the server) loads a folder as it loads a checkpoint.
 """
 
 from __future__ import annotations
