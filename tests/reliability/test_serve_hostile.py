@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import json
-import queue
 import signal
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from translate.config import load_recipe  # noqa: E402
 from translate.models import build_model  # noqa: E402
 from translate.serve import ServeConfig, build_app, load_translator  # noqa: E402
 from translate.serve.app import decode_weights  # noqa: E402
-from translate.serve.server import _await_url, _forward  # noqa: E402
+from translate.serve.server import ServerProcess  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -150,14 +149,10 @@ def test_attention_on_the_longest_accepted_input_answers_within_5_mb(recipe_size
 def test_stopping_mid_work_answers_503_in_json_and_exits_without_the_call(recipe_sized_path):
     """SIGINT while a long call decodes: its request gets a JSON 503 at once, and the process
     exits without waiting for the call (the model's thread is abandoned)."""
-    command = [sys.executable, "-m", "translate", "serve", str(recipe_sized_path), "--port", "0",
-               "--device", "cpu", "--max-call-work", "1000000", "--max-request-work", "1000000"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, cwd=REPO)
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=_forward, args=(process.stderr, lines), daemon=True).start()
+    server = ServerProcess(recipe_sized_path, "--device", "cpu", "--max-call-work", "1000000",
+                           "--max-request-work", "1000000", timeout=120)
+    process, url = server.process, server.url
     try:
-        url = _await_url(lines, 120, " ".join(command))
         long = {"texts": [" ".join(["dog"] * 40)] * 16, "beam": 16}
         answer: list = []
         sender = threading.Thread(target=lambda: answer.append(
@@ -182,29 +177,9 @@ def test_stopping_mid_work_answers_503_in_json_and_exits_without_the_call(recipe
 
 
 def serve_process(path, *options: str, nofile: int | None = None):
-    """`translate serve PATH --port 0 OPTIONS` in a subprocess (with a descriptor limit):
-    (process, url, stderr lines so far)."""
-    import resource
-
-    def limit_descriptors():
-        if nofile is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-
-    command = [sys.executable, "-m", "translate", "serve", str(path), "--port", "0",
-               "--device", "cpu", *options]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, cwd=REPO, preexec_fn=limit_descriptors)
-    lines: queue.Queue = queue.Queue()
-    said: list[str] = []
-
-    def keep(stream, out):
-        for line in stream:
-            said.append(line)
-            out.put(line)
-        out.put(None)
-
-    threading.Thread(target=keep, args=(process.stderr, lines), daemon=True).start()
-    return process, _await_url(lines, 120, " ".join(command)), said
+    """`translate serve PATH` on CPU in a subprocess: (process, url, its log lines so far)."""
+    server = ServerProcess(path, "--device", "cpu", *options, timeout=120, nofile=nofile)
+    return server.process, server.url, server.said
 
 
 def stop(process) -> None:

@@ -90,33 +90,67 @@ class Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+class ServerProcess:
+    """`translate serve PATH --port 0 OPTIONS` in a subprocess, started at once: `url` once it
+    listens, `said` its log lines so far (also copied to this process's stderr), `process`.
+    `nofile` limits its file descriptors (ulimit -n). `stop()` sends SIGINT, then kills."""
+
+    def __init__(self, path: str | Path, *options: str, timeout: float = 300,
+                 nofile: int | None = None):
+        self.command = [sys.executable, "-m", "translate", "serve", str(path), "--port", "0",
+                        *options]
+        self.said: list[str] = []
+        self.process = subprocess.Popen(
+            self.command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            encoding="utf-8", errors="replace",
+            preexec_fn=None if nofile is None else lambda: _limit_descriptors(nofile))
+        lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._forward, args=(lines,), daemon=True).start()
+        try:
+            self.url = _await_url(lines, timeout, " ".join(self.command))
+        except BaseException:
+            self.stop()
+            raise
+
+    def rss_mb(self) -> float:
+        """The server's resident memory now, in MiB (Linux)."""
+        with open(f"/proc/{self.process.pid}/status", encoding="ascii") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)  # uvicorn's graceful stop
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def _forward(self, lines: queue.Queue) -> None:
+        for line in self.process.stderr:
+            sys.stderr.write(line)
+            self.said.append(line)
+            lines.put(line)
+        lines.put(None)
+
+
+def _limit_descriptors(nofile: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+
 @contextmanager
 def running(path: str | Path, *options: str, timeout: float = 300) -> Iterator[str]:
     """`translate serve PATH --port 0 OPTIONS` in a subprocess: its URL once it listens.
 
     Its log goes on to this process's stderr; it is stopped (SIGINT, then killed) on exit.
     """
-    command = [sys.executable, "-m", "translate", "serve", str(path), "--port", "0", *options]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, encoding="utf-8", errors="replace")
-    lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_forward, args=(process.stderr, lines), daemon=True).start()
+    server = ServerProcess(path, *options, timeout=timeout)
     try:
-        yield _await_url(lines, timeout, " ".join(command))
+        yield server.url
     finally:
-        process.send_signal(signal.SIGINT)  # uvicorn's graceful stop
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _forward(stream, lines: queue.Queue) -> None:
-    for line in stream:
-        sys.stderr.write(line)
-        lines.put(line)
-    lines.put(None)
+        server.stop()
 
 
 def _await_url(lines: queue.Queue, timeout: float, command: str) -> str:
