@@ -59,11 +59,11 @@ def finish(proc: subprocess.Popen) -> str:
         pytest.fail(f"torchrun still running after {seconds:.0f} s:\n{out[-3000:]}")
 
 
-def train_with_fault(fault: str, recipe: Path, data: Path, run_dir: Path, **env: str
-                     ) -> tuple[int, str]:
+def train_with_fault(fault: str, recipe: Path, data: Path, run_dir: Path,
+                     extra: tuple = (), **env: str) -> tuple[int, str]:
     """`translate train` under torchrun with FAULT on rank 1 (faulty_rank.py): exit code, output."""
     proc = start([str(FAULTY), "train", str(recipe), "--data", str(data), "--run-dir",
-                  str(run_dir), "--no-progress", *sets(*ENDLESS)], run_dir.parent,
+                  str(run_dir), "--no-progress", *sets(*ENDLESS, *extra)], run_dir.parent,
                  FAULT=fault, **env)
     out = finish(proc)
     return proc.returncode, out
@@ -106,6 +106,28 @@ def test_a_rank_killed_mid_training_ends_the_run(recipe_path, small_data, tmp_pa
     assert "[rank0]" not in out, out  # no traceback from rank 0
 
 
+@pytest.mark.slow  # three torchrun runs
+def test_after_a_rank_is_killed_the_run_resumes_exactly(recipe_path, small_data, tmp_path):
+    """kill -9 of rank 1 at step 13, with dropout on and last.pt every 5 steps: resumed from
+    step 10 to 20, the run logs every loss and ends with every weight as a run never stopped."""
+    run, straight = tmp_path / "run", tmp_path / "straight"
+    extra = ("model.dropout=0.3", "train.save_every=5")
+    code, _ = train_with_fault("kill:12", recipe_path, small_data, run, extra)
+    assert code != 0 and read_checkpoint(run / "last.pt")["step"] == 10
+    out = torchrun(small_data, tmp_path, "train", "--resume", str(run),
+                   "--set", "train.max_steps=20")
+    assert f"resuming from {run / 'last.pt'}: step 10" in out
+    torchrun(small_data, tmp_path, "train", str(recipe_path), "--run-dir", str(straight),
+             *sets(*ENDLESS, *extra, "train.max_steps=20"))
+    logged = [[(r["step"], r["loss"]) for r in map(json.loads, (d / "metrics.jsonl").read_text()
+                                                   .splitlines()) if r["kind"] == "train"]
+              for d in (run, straight)]
+    assert logged[0] == logged[1] and [s for s, _ in logged[0]] == [5, 10, 15, 20]
+    resumed, whole = (read_checkpoint(d / "step_20.pt") for d in (run, straight))
+    for name, weight in whole["train_model"].items():
+        assert torch.equal(resumed["train_model"][name], weight), name
+
+
 @pytest.mark.slow
 def test_an_error_on_one_rank_mid_training_ends_the_run(recipe_path, small_data, tmp_path):
     code, out = train_with_fault("raise:3", recipe_path, small_data, tmp_path / "run")
@@ -125,14 +147,12 @@ def test_a_rank_that_stops_answering_times_out(recipe_path, small_data, tmp_path
                error_lines(out)), out
 
 
-def test_ctrl_c_saves_once_and_the_run_resumes_exactly(recipe_path, small_data, tmp_path):
-    """SIGINT to torchrun's process group, as a terminal sends it: torchrun passes it to every
-    rank; they agree on the step, rank 0 saves last.pt and says so once. Resumed, the run (with
-    dropout on) logs every loss and ends with every weight as a run never stopped."""
-    run, straight = tmp_path / "run", tmp_path / "straight"
-    proc = start(["-m", "translate", "train", str(recipe_path), "--data", str(small_data),
-                  "--run-dir", str(run), "--no-progress", *sets(*ENDLESS, "model.dropout=0.3")],
-                 tmp_path)
+def stop_with_ctrl_c(recipe_path: Path, data: Path, run: Path, *extra: str) -> int:
+    """Train under torchrun until rank 0 logged step 5, then SIGINT to torchrun's process group,
+    as a terminal sends it: torchrun passes it to every rank; they agree on the step, rank 0
+    saves last.pt and says so once. Returns the step saved."""
+    proc = start(["-m", "translate", "train", str(recipe_path), "--data", str(data),
+                  "--run-dir", str(run), "--no-progress", *sets(*ENDLESS, *extra)], run.parent)
     deadline = time.monotonic() + limit()
     while not (run / "metrics.jsonl").is_file() and time.monotonic() < deadline:
         time.sleep(0.2)  # rank 0 writes the first train record at step 5
@@ -144,18 +164,38 @@ def test_ctrl_c_saves_once_and_the_run_resumes_exactly(recipe_path, small_data, 
     said = (f"SIGINT received: stopped at step {step} and saved {run / 'last.pt'}; resume with: "
             f"translate train --resume {run}")
     assert out.count(said) == 1 and out.count("SIGINT received: saving a checkpoint") == 1, out
-    end = step + 5
-    out = torchrun(small_data, tmp_path, "train", "--resume", str(run),
+    return step
+
+
+def resume_to(data: Path, run: Path, end: int, step: int) -> list[dict]:
+    """`--resume` under torchrun to step `end`; the run's metrics records."""
+    out = torchrun(data, run.parent, "train", "--resume", str(run),
                    "--set", f"train.max_steps={end}")
     assert f"resuming from {run / 'last.pt'}: step {step}" in out
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["kind"] == "valid"] == [end]
+    return records
+
+
+def test_ctrl_c_saves_once_and_the_run_resumes(recipe_path, small_data, tmp_path):
+    run = tmp_path / "run"
+    step = stop_with_ctrl_c(recipe_path, small_data, run)
+    resume_to(small_data, run, step + 5, step)
+
+
+@pytest.mark.slow  # three torchrun runs
+def test_after_ctrl_c_the_run_resumes_exactly(recipe_path, small_data, tmp_path):
+    """With dropout on, the resumed run logs every loss and ends with every weight as a run
+    never stopped."""
+    run, straight = tmp_path / "run", tmp_path / "straight"
+    step = stop_with_ctrl_c(recipe_path, small_data, run, "model.dropout=0.3")
+    records = resume_to(small_data, run, step + 5, step)
     torchrun(small_data, tmp_path, "train", str(recipe_path), "--run-dir", str(straight),
-             *sets(*ENDLESS, "model.dropout=0.3", f"train.max_steps={end}"))
+             *sets(*ENDLESS, "model.dropout=0.3", f"train.max_steps={step + 5}"))
     expected = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["loss"]) for r in records if r["kind"] == "train"] == [
         (r["step"], r["loss"]) for r in expected if r["kind"] == "train"]
-    resumed, whole = (read_checkpoint(d / f"step_{end}.pt") for d in (run, straight))
+    resumed, whole = (read_checkpoint(d / f"step_{step + 5}.pt") for d in (run, straight))
     for name, weight in whole["train_model"].items():
         assert torch.equal(resumed["train_model"][name], weight), name
 
