@@ -14,7 +14,7 @@ and token labels; `score` is the BLEU/chrF the toolkit reports everywhere.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence, Union, overload
+from typing import Iterable, Sequence, Union, overload
 
 import torch
 
@@ -84,6 +84,10 @@ class Translator:
         length penalty, logprob, tokens) instead of strings. An empty input gives ''.
         """
         single = isinstance(texts, str)
+        if not single and (isinstance(texts, (bytes, bytearray, dict))
+                           or not isinstance(texts, Iterable)):
+            raise TypeError(f"texts must be a string or a list of strings, not "
+                            f"{type(texts).__name__}")
         sentences = [texts] if single else list(texts)
         for i, text in enumerate(sentences):
             if not isinstance(text, str):
