@@ -112,15 +112,16 @@ def check_output(path: Path, force: bool) -> None:
         raise CheckpointError(f"{path} exists: give another -o, or --force to replace it")
 
 
-def _check_input(path: Path, data: dict, own_id: str | None, seen: dict) -> None:
-    """An input must be the run's own, a step not averaged already, and finite."""
+def _check_input(path: Path, data: dict, weights: dict, own_id: str | None, seen: dict) -> None:
+    """An input must be the run's own, a step not averaged already, and its `weights` (those
+    averaged) finite."""
     check_own_checkpoint(path, data, own_id, "an average takes one run's checkpoints")
     step = int(data.get("step", step_number(path)))
     if step in seen:
         raise CheckpointError(f"{seen[step].name} and {path.name} are both step {step} (a copy?)"
                               f": an average takes each step once")
     seen[step] = path
-    for name, tensor in data["model"].items():
+    for name, tensor in weights.items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise CheckpointError(f"{path}: its weight {name} holds NaN or infinite values; "
                                   f"average checkpoints from before the loss diverged (--last)")
@@ -157,13 +158,12 @@ def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | No
         for input_path in paths:
             data = first if input_path == paths[0] else read_checkpoint(input_path)
             _check_alike(first, paths[0], data, input_path)
+            model = _weights(data, raw)
             # the first input's run id stands for the run when the folder has no run.json
-            _check_input(input_path, {**data, "model": _weights(data, raw)},
-                         own_id or first.get("run_id"), seen)
+            _check_input(input_path, data, model, own_id or first.get("run_id"), seen)
             newest.update(recipe=data["recipe"], tokenizer=data["tokenizer"],
                           step=int(data.get("step", step_number(input_path))),
                           **({"run_id": data["run_id"]} if "run_id" in data else {}))
-            model = _weights(data, raw)
             del data  # its optimizer state, before the next checkpoint is read
             yield model
 

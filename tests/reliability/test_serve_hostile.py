@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
+import socket
 import threading
 import time
-from pathlib import Path
+from urllib.parse import urlparse
 
 import httpx
 import pytest
@@ -26,8 +25,6 @@ from translate.models import build_model  # noqa: E402
 from translate.serve import ServeConfig, build_app, load_translator  # noqa: E402
 from translate.serve.app import decode_weights  # noqa: E402
 from translate.serve.server import ServerProcess  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[2]
 
 TEXT = {"text": "A dog runs in the snow."}
 
@@ -149,8 +146,8 @@ def test_attention_on_the_longest_accepted_input_answers_within_5_mb(recipe_size
 def test_stopping_mid_work_answers_503_in_json_and_exits_without_the_call(recipe_sized_path):
     """SIGINT while a long call decodes: its request gets a JSON 503 at once, and the process
     exits without waiting for the call (the model's thread is abandoned)."""
-    server = ServerProcess(recipe_sized_path, "--device", "cpu", "--max-call-work", "1000000",
-                           "--max-request-work", "1000000", timeout=120)
+    server = on_cpu(recipe_sized_path, "--max-call-work", "1000000",
+                    "--max-request-work", "1000000")
     process, url = server.process, server.url
     try:
         long = {"texts": [" ".join(["dog"] * 40)] * 16, "beam": 16}
@@ -171,40 +168,31 @@ def test_stopping_mid_work_answers_503_in_json_and_exits_without_the_call(recipe
         process.wait(timeout=30)
         assert time.monotonic() - stopped < 10
     finally:
-        if process.poll() is None:
+        if process.poll() is None:  # (it should have exited on its own)
             process.kill()
             process.wait()
 
 
-def serve_process(path, *options: str, nofile: int | None = None):
-    """`translate serve PATH` on CPU in a subprocess: (process, url, its log lines so far)."""
-    server = ServerProcess(path, "--device", "cpu", *options, timeout=120, nofile=nofile)
-    return server.process, server.url, server.said
+def on_cpu(path, *options: str, nofile: int | None = None) -> ServerProcess:
+    """`translate serve PATH` on the CPU in a subprocess (with a descriptor limit)."""
+    return ServerProcess(path, "--device", "cpu", *options, timeout=120, nofile=nofile)
 
 
-def stop(process) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+def address(server: ServerProcess) -> tuple[str, int]:
+    parts = urlparse(server.url)
+    return parts.hostname, parts.port
 
 
 def test_stalled_clients_past_the_descriptor_limit_never_starve_health(trained_run):
     """300 connections that send nothing (or half a request line) against a server limited to
     256 descriptors: /health answers within 2 s throughout, and the log grows by a few lines."""
-    import socket
-    from urllib.parse import urlparse
-
-    process, url, said = serve_process(trained_run.run_dir, nofile=256)
-    address = urlparse(url)
+    server = on_cpu(trained_run.run_dir, nofile=256)
+    url, said = server.url, server.said
     stalled, slowest = [], 0.0
     try:
         logged_before = len(said)
         for i in range(300):
-            sock = socket.create_connection((address.hostname, address.port), timeout=5)
+            sock = socket.create_connection(address(server), timeout=5)
             if i % 3 == 0:
                 sock.sendall(b"GET /health HT")  # half a request line, never finished
             stalled.append(sock)
@@ -225,23 +213,19 @@ def test_stalled_clients_past_the_descriptor_limit_never_starve_health(trained_r
     finally:
         for sock in stalled:
             sock.close()
-        stop(process)
+        server.stop()
 
 
 def test_a_head_or_body_that_never_comes_is_dropped_in_time(trained_run):
-    import socket
-    from urllib.parse import urlparse
-
-    process, url, _ = serve_process(trained_run.run_dir, "--head-timeout-s", "1",
-                                    "--body-timeout-s", "1")
-    address = urlparse(url)
+    server = on_cpu(trained_run.run_dir, "--head-timeout-s", "1", "--body-timeout-s", "1")
+    url = server.url
     try:
-        silent = socket.create_connection((address.hostname, address.port), timeout=10)
+        silent = socket.create_connection(address(server), timeout=10)
         silent.sendall(b"POST /translate HTTP/1.1\r\nHost: localhost\r\n")  # no end of head
         start = time.monotonic()
         assert silent.recv(100) == b""  # closed by the server, unanswered
         assert time.monotonic() - start < 5
-        body_less = socket.create_connection((address.hostname, address.port), timeout=10)
+        body_less = socket.create_connection(address(server), timeout=10)
         body_less.sendall(b"POST /translate HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
                           b"application/json\r\nContent-Length: 100\r\n\r\n{\"text\"")
         answer = b""
@@ -255,4 +239,4 @@ def test_a_head_or_body_that_never_comes_is_dropped_in_time(trained_run):
         assert '"error":"the body did not arrive within 1 s"' in answer
         assert httpx.get(url + "health", timeout=5).status_code == 200
     finally:
-        stop(process)
+        server.stop()

@@ -204,9 +204,19 @@ def test_translate_train_under_torchrun_validates_saves_and_resumes_exactly(reci
     assert [r["step"] for r in train] == [5, 10, 15, 20, 25, 30]  # written once, by rank 0
     assert [r["step"] for r in records if r["kind"] == "valid"] == [10, 20, 30]
     assert all(r["world_size"] == 2 for r in train)
-    expected = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
-    assert [r["loss"] for r in train] == [r["loss"] for r in expected if r["kind"] == "train"]
-    resumed, whole = (read_checkpoint(d / "step_30.pt") for d in (run_dir, straight))
+    assert_resumed_as_straight(run_dir, straight, 30)
+
+
+def train_losses(run_dir: Path) -> list[tuple[int, float]]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [(r["step"], r["loss"]) for r in map(json.loads, lines) if r["kind"] == "train"]
+
+
+def assert_resumed_as_straight(run: Path, straight: Path, end: int) -> None:
+    """The resumed run logged every loss, and its step_<end>.pt holds every weight, as the run
+    never stopped."""
+    assert train_losses(run) == train_losses(straight)
+    resumed, whole = (read_checkpoint(d / f"step_{end}.pt") for d in (run, straight))
     for name, weight in whole["train_model"].items():
         assert torch.equal(resumed["train_model"][name], weight), name
 

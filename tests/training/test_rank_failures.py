@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from limits import within
-from test_distributed import free_port, process_env, sets, torchrun
+from test_distributed import (assert_resumed_as_straight, free_port, process_env, sets,
+                              torchrun, train_losses)
 from translate.checkpoint import read_checkpoint
 from translate.config import ConfigError
 from translate.training.distributed import (RankFailed, World, settle, timeout_seconds,
@@ -119,13 +119,8 @@ def test_after_a_rank_is_killed_the_run_resumes_exactly(recipe_path, small_data,
     assert f"resuming from {run / 'last.pt'}: step 10" in out
     torchrun(small_data, tmp_path, "train", str(recipe_path), "--run-dir", str(straight),
              *sets(*ENDLESS, *extra, "train.max_steps=20"))
-    logged = [[(r["step"], r["loss"]) for r in map(json.loads, (d / "metrics.jsonl").read_text()
-                                                   .splitlines()) if r["kind"] == "train"]
-              for d in (run, straight)]
-    assert logged[0] == logged[1] and [s for s, _ in logged[0]] == [5, 10, 15, 20]
-    resumed, whole = (read_checkpoint(d / "step_20.pt") for d in (run, straight))
-    for name, weight in whole["train_model"].items():
-        assert torch.equal(resumed["train_model"][name], weight), name
+    assert [s for s, _ in train_losses(run)] == [5, 10, 15, 20]
+    assert_resumed_as_straight(run, straight, 20)
 
 
 @pytest.mark.slow
@@ -189,15 +184,10 @@ def test_after_ctrl_c_the_run_resumes_exactly(recipe_path, small_data, tmp_path)
     never stopped."""
     run, straight = tmp_path / "run", tmp_path / "straight"
     step = stop_with_ctrl_c(recipe_path, small_data, run, "model.dropout=0.3")
-    records = resume_to(small_data, run, step + 5, step)
+    resume_to(small_data, run, step + 5, step)
     torchrun(small_data, tmp_path, "train", str(recipe_path), "--run-dir", str(straight),
              *sets(*ENDLESS, "model.dropout=0.3", f"train.max_steps={step + 5}"))
-    expected = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["step"], r["loss"]) for r in records if r["kind"] == "train"] == [
-        (r["step"], r["loss"]) for r in expected if r["kind"] == "train"]
-    resumed, whole = (read_checkpoint(d / f"step_{step + 5}.pt") for d in (run, straight))
-    for name, weight in whole["train_model"].items():
-        assert torch.equal(resumed["train_model"][name], weight), name
+    assert_resumed_as_straight(run, straight, step + 5)
 
 
 def test_a_lone_process_keeps_its_own_error():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from translate.checkpoint import (CheckpointError, checkpoint_tokenizer, missing_state,
-                                  newest_checkpoint, read_checkpoint, step_number)
+from translate.checkpoint import (CheckpointError, checkpoint_tokenizer, newest_checkpoint,
+                                  read_checkpoint, step_number)
 from translate.config import ConfigError, Recipe, data_from, recipe_from_dict, resume_overrides
 from translate.run_folder import check_own_checkpoint, run_id
 from translate.tokenizer import Tokenizer
@@ -39,11 +39,8 @@ def resume_point(run_dir: Path, recipe: Recipe, clean: bool = True
 
 
 def check_resumable(path: Path, checkpoint: dict, recipe: Recipe) -> None:
-    """The checkpoint must hold a training state, come from the recipe's model and tokenizer
-    and have steps left."""
-    if (missing := missing_state(checkpoint)) is not None:
-        raise CheckpointError(f"{path}: it holds no {missing} to resume from (a checkpoint for "
-                              f"decoding, say an average, or a damaged one)")
+    """The checkpoint (one `newest_checkpoint` found, so it holds a training state) must come
+    from the recipe's model and tokenizer and have steps left."""
     saved = checkpoint["recipe"]
     for section in ("model", "tokenizer"):
         if saved.get(section) != recipe.to_dict()[section]:
