@@ -36,6 +36,13 @@ What the peers cannot match exactly:
     (`early_stopping=True`, the soonest it offers). `--no-early-exit` measures ours searching
     on until none could win at any length (the outputs of searching on to 5 ended).
 
+On a GPU (`--device cuda`) every system decodes there: ours with the plain engine (`--engine
+plain`, the default on CUDA) and the gpu engine (`--engine gpu`, searches that read the device
+every few steps), each in fp32 and bf16 autocast; HF `generate` in fp32 and bf16 autocast; CT2 in
+float32 and bfloat16 where its wheel has CUDA. Timings end with the translations on the host.
+
+    python benchmarks/decode.py CHECKPOINT --device cuda --json OUT/decode-cuda.json
+
 `transformers` and `ctranslate2` are not project dependencies: a peer not installed is skipped.
 """
 
@@ -62,7 +69,7 @@ from translate.batching import pad
 from translate.checkpoint import Loaded, load_checkpoint
 from translate.config import DecodeConfig
 from translate.data import load_split
-from translate.engine import FAST
+from translate.engine import FAST, GPU, PLAIN, Engine
 from translate.export.ct2 import to_ctranslate2, vocabulary
 from translate.export.hf import to_pegasus
 from translate.fast import accelerate, quantize_int8
@@ -71,7 +78,7 @@ from translate.models.transformer import Transformer
 from translate.scoring import score
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD
-from translate.utils import cpu_name
+from translate.utils import autocast, cpu_name
 
 LENPEN, BATCH, MODES = 0.6, 32, {"greedy": 1, "beam5": 5}
 Translate = Callable[[Sequence[str], int], list[str]]  # (sentences, beam) -> translations
@@ -100,18 +107,20 @@ class Peer:
 
 
 class HF(Peer):
-    def __init__(self, hf: nn.Module, *args):
+    def __init__(self, hf: nn.Module, *args, device: str = "cpu", precision: str = "fp32"):
         super().__init__(*args)
-        self.hf = hf
+        self.device, self.precision = torch.device(device), precision
+        self.hf = hf.to(self.device)
 
     @torch.no_grad()
     def decode(self, batch: list[list[int]], beam: int, max_new: int) -> list[list[int]]:
-        src = pad([torch.tensor(s) for s in batch])  # (B, S)
+        src = pad([torch.tensor(s) for s in batch]).to(self.device)  # (B, S)
         # beam options only for beam search: greedy warns that they are unused
         search = {"num_beams": beam, "length_penalty": LENPEN, "early_stopping": True}
-        out = self.hf.generate(input_ids=src, attention_mask=src != PAD, do_sample=False,
-                               max_new_tokens=max_new, suppress_tokens=[PAD, BOS],
-                               **(search if beam > 1 else {}))
+        with autocast(self.device, self.precision):
+            out = self.hf.generate(input_ids=src, attention_mask=src != PAD, do_sample=False,
+                                   max_new_tokens=max_new, suppress_tokens=[PAD, BOS],
+                                   **(search if beam > 1 else {}))
         rows = [row[1:] for row in out.tolist()]  # drop the decoder start token
         return [row[: row.index(EOS)] if EOS in row else [t for t in row if t != PAD]
                 for row in rows]
@@ -119,12 +128,12 @@ class HF(Peer):
 
 class CT2(Peer):
     def __init__(self, model_dir: Path, vocabulary: list[str], compute_type: str, threads: int,
-                 *args):
+                 *args, device: str = "cpu"):
         import ctranslate2
 
         super().__init__(*args)
-        self.translator = ctranslate2.Translator(str(model_dir), "cpu", compute_type=compute_type,
-                                                 intra_threads=threads)
+        self.translator = ctranslate2.Translator(str(model_dir), device,
+                                                 compute_type=compute_type, intra_threads=threads)
         self.vocabulary, self.ids = vocabulary, {p: i for i, p in enumerate(vocabulary)}
 
     def decode(self, batch: list[list[int]], beam: int, max_new: int) -> list[list[int]]:
@@ -169,42 +178,60 @@ FAMILIES = ("ours", "hf", "ct2")  # systems that share a process when timed
 
 
 def build_systems(loaded: Loaded, cfg: DecodeConfig, threads: int, ct2_dir: Path,
-                  families: Sequence[str] = FAMILIES) -> dict[str, Translate]:
-    """The systems of `families`; CTranslate2 converts our model into `ct2_dir` unless there."""
+                  families: Sequence[str] = FAMILIES, device: str = "cpu"
+                  ) -> dict[str, Translate]:
+    """The systems of `families` on `device`; CTranslate2 converts our model into `ct2_dir`
+    unless there."""
     model, tok = loaded.model, loaded.tokenizer
     peer_args = (tok, cfg, model.cfg.max_positions)
+    on_gpu = torch.device(device).type == "cuda"
     systems: dict[str, Translate] = {}
     if "ours" in families:
-        def ours(m: nn.Module, precision: str = "fp32") -> Translate:
-            return lambda s, beam: translate_sentences(m, tok, s, replace(cfg, beam=beam), "cpu",
-                                                       precision, engine=FAST)
+        def ours(m: nn.Module, precision: str = "fp32", engine: Engine = FAST) -> Translate:
+            return lambda s, beam: translate_sentences(m, tok, s, replace(cfg, beam=beam), device,
+                                                       precision, engine=engine)
 
-        fast = accelerate(copy.deepcopy(model))
-        systems.update({"ours fp32": ours(fast), "ours bf16": ours(fast, "bf16"),
-                        "ours int8": ours(accelerate(quantize_int8(model)))})
+        if on_gpu:  # the plain engine, as on CUDA by default, and the gpu engine's searches
+            plain = copy.deepcopy(model).to(device)
+            systems.update({"ours fp32": ours(plain, "fp32", PLAIN),
+                            "ours bf16": ours(plain, "bf16", PLAIN),
+                            "ours gpu fp32": ours(plain, "fp32", GPU),
+                            "ours gpu bf16": ours(plain, "bf16", GPU)})
+        else:
+            fast = accelerate(copy.deepcopy(model))
+            systems.update({"ours fp32": ours(fast), "ours bf16": ours(fast, "bf16"),
+                            "ours int8": ours(accelerate(quantize_int8(model)))})
     if "hf" in families:
         try:
-            systems["hf pegasus"] = HF(to_pegasus(model), *peer_args)
+            systems["hf pegasus"] = HF(to_pegasus(model), *peer_args, device=device)
+            if on_gpu:
+                systems["hf pegasus bf16"] = HF(to_pegasus(model), *peer_args, device=device,
+                                                precision="bf16")
         except ImportError:
             print("transformers is not installed: measuring without the Hugging Face peer")
     if "ct2" in families:
         try:
+            import ctranslate2
+
+            if on_gpu and not ctranslate2.get_cuda_device_count():
+                raise ImportError("this ctranslate2 has no CUDA")
             pieces = vocabulary(tok.tgt)
             if not (ct2_dir / "model.bin").exists():
                 to_ctranslate2(model, pieces, pieces, ct2_dir)
-            for ct in ("float32", "int8"):
-                systems[f"ct2 {ct}"] = CT2(ct2_dir, pieces, ct, threads, *peer_args)
-        except ImportError:
-            print("ctranslate2 is not installed: measuring without the CTranslate2 peer")
+            for ct in ("float32", "bfloat16") if on_gpu else ("float32", "int8"):
+                systems[f"ct2 {ct}"] = CT2(ct2_dir, pieces, ct, threads, *peer_args,
+                                           device="cuda" if on_gpu else "cpu")
+        except ImportError as e:
+            print(f"ctranslate2 cannot run here ({e}): measuring without the CTranslate2 peer")
     return systems
 
 
 def serve(family: str, checkpoint: Path, ct2_dir: Path, threads: int, cfg: DecodeConfig,
-          conn) -> None:
+          device: str, conn) -> None:
     """A worker process holding one family's systems: it answers (name, beam, sentences) with
     (seconds, translations) until it receives None."""
     torch.set_num_threads(threads)
-    systems = build_systems(load_checkpoint(checkpoint), cfg, threads, ct2_dir, [family])
+    systems = build_systems(load_checkpoint(checkpoint), cfg, threads, ct2_dir, [family], device)
     conn.send(list(systems))
     while (job := conn.recv()) is not None:
         name, beam, sentences = job
@@ -215,7 +242,7 @@ def serve(family: str, checkpoint: Path, ct2_dir: Path, threads: int, cfg: Decod
 
 def time_rounds(checkpoint: Path, ct2_dir: Path, threads: int, src: list[str],
                 batches: list[list[int]], rounds: int, cfg: DecodeConfig,
-                families: Sequence[str] = FAMILIES
+                families: Sequence[str] = FAMILIES, device: str = "cpu"
                 ) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
     """Seconds per round and first-round outputs, keyed "system mode".
 
@@ -235,7 +262,7 @@ def time_rounds(checkpoint: Path, ct2_dir: Path, threads: int, src: list[str],
     for family in families:
         conn, child = ctx.Pipe()
         process = ctx.Process(target=serve, daemon=True,
-                              args=(family, checkpoint, ct2_dir, threads, cfg, child))
+                              args=(family, checkpoint, ct2_dir, threads, cfg, device, child))
         process.start()
         workers[family] = (process, conn, conn.recv())  # the names of its systems
 
@@ -276,6 +303,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0, help="first N sentences only (0: all)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU)")
     ap.add_argument("--check", type=int, default=30, help="sentences for the greedy equality check")
     ap.add_argument("--json", type=Path, default=Path("benchmarks/results/decode.json"))
     ap.add_argument("--no-early-exit", dest="early_exit", action="store_false",
@@ -296,12 +324,12 @@ def main() -> None:
         systems = build_systems(loaded, cfg, args.threads, ct2_dir, families)
         checks = check_peers(loaded.model, loaded.tokenizer, systems, src, ref,
                              min(args.check, len(src)))
-        names = list(systems)
-        del systems  # timed in worker processes, one family each
+        del systems  # checked on the CPU; timed in worker processes, one family each
         lengths = [len(ids) for ids in loaded.tokenizer.encode_src(src)]
         batches = length_batches(lengths, cfg.max_tokens, BATCH)  # as every system cuts them
         seconds, outputs = time_rounds(args.checkpoint, ct2_dir, args.threads, src, batches,
-                                       args.rounds, cfg, families)
+                                       args.rounds, cfg, families, args.device)
+        names = list(dict.fromkeys(key.rsplit(" ", 1)[0] for key in seconds))
 
     rate = {k: len(src) / statistics.median(v) for k, v in seconds.items()}
     bleu = {k: score(out, ref).bleu for k, out in outputs.items()}
@@ -310,7 +338,10 @@ def main() -> None:
                "torch_threads": torch.get_num_threads(), "ct2_intra_threads": args.threads}
     machine.update({m: sys.modules[m].__version__ for m in ("transformers", "ctranslate2")
                     if m in sys.modules})
+    if args.device != "cpu":
+        machine["gpu"] = torch.cuda.get_device_name(args.device)
     result = {"command": " ".join(sys.argv), "split": args.split, "sentences": len(src),
+              "device": args.device,
               "batch_sentences": BATCH, "lenpen": LENPEN, "early_exit": args.early_exit,
               "rounds": args.rounds,
               "machine": machine, "checks": checks, "systems": {}, "ratios": {}}
@@ -324,8 +355,9 @@ def main() -> None:
               f"{bleu[f'{name} greedy']:12.2f} {bleu[f'{name} beam5']:11.2f}")
     print()
     for ours, peer in (("ours fp32", "hf pegasus"), ("ours fp32", "ct2 float32"),
-                       ("ours int8", "ct2 int8")):
-        for mode in MODES if peer in names else ():
+                       ("ours int8", "ct2 int8"), ("ours gpu fp32", "hf pegasus"),
+                       ("ours gpu bf16", "hf pegasus bf16"), ("ours gpu bf16", "ct2 bfloat16")):
+        for mode in MODES if peer in names and ours in names else ():
             ratio = rate[f"{ours} {mode}"] / rate[f"{peer} {mode}"]
             # the same round's pair: machine drift between rounds cancels out
             paired = [theirs / mine for mine, theirs in zip(seconds[f"{ours} {mode}"],
@@ -341,6 +373,17 @@ def main() -> None:
         result["ratios"][f"ours bf16 / ours fp32 {mode}, per round"] = paired
         print(f"ours bf16 / ours fp32 {mode}: per round "
               f"{', '.join(f'{r:.2f}' for r in paired)}; median {statistics.median(paired):.2f}")
+    peers = [n for n in names if n.startswith("hf")]
+    if peers:  # our fastest beam 5 against the peer's fastest, each with its BLEU
+        ours = max((n for n in names if n.startswith("ours")), key=lambda n: rate[f"{n} beam5"])
+        peer = max(peers, key=lambda n: rate[f"{n} beam5"])
+        result["beam5_vs_hf"] = {"ours": ours, "hf": peer,
+                                 "ratio": rate[f"{ours} beam5"] / rate[f"{peer} beam5"],
+                                 "bleu_ours": bleu[f"{ours} beam5"],
+                                 "bleu_hf": bleu[f"{peer} beam5"]}
+        print(f"beam 5, fastest against fastest: {ours} / {peer} "
+              f"{result['beam5_vs_hf']['ratio']:.2f}x the sentences/s, BLEU "
+              f"{bleu[f'{ours} beam5']:.2f} against {bleu[f'{peer} beam5']:.2f}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))
     print(f"\nwrote {args.json}")

@@ -11,8 +11,12 @@
 #            run, each against MarianMT at the same shapes: the Multi30k model on real batches
 #            (fp32, bf16), WMT14 base and big on synthetic batches of 25k tokens (bf16); then a
 #            torch.profiler summary of a Multi30k step (top kernels, idle share) as profile.txt
+#            (WMT14 shapes also with train.loss_chunk: speed and peak memory without the logits)
 #   quality  ~6 min: the Multi30k Transformer recipe trained 5 minutes on the GPU, its best
 #            checkpoint scored on test_2016_flickr at beam 5, its dev BLEU against seconds
+#   decode   ~3 min: that checkpoint (run quality first, into the same OUT) decoding
+#            test_2016_flickr greedy and at beam 5 on the GPU: the plain and gpu engines in
+#            fp32 and bf16 against HF generate (and CTranslate2 where its wheel has CUDA)
 #   tests    ~2 min: the tests marked gpu (pytest -m gpu)
 #   ab       ~3 min: training steps of revision BASE (a folder) against this one, on the GPU
 #   suite    ~4 min: the default suite on that machine's packages (it runs on the CPU there)
@@ -33,14 +37,15 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ $# -lt 2 ]; then
-  echo "usage: bash benchmarks/gpu_check.sh [--parts speed,quality,tests,ab,suite]" \
+  echo "usage: bash benchmarks/gpu_check.sh [--parts speed,quality,decode,tests,ab,suite]" \
     "[--dry-run] DATA OUT [BASE]" >&2
   exit 2
 fi
 for part in ${parts//,/ }; do
   case $part in
-    speed|quality|tests|ab|suite) ;;
-    *) echo "Error: --parts: '$part' is not one of speed, quality, tests, ab, suite" >&2; exit 2 ;;
+    speed|quality|decode|tests|ab|suite) ;;
+    *) echo "Error: --parts: '$part' is not one of speed, quality, decode, tests, ab, suite" >&2
+       exit 2 ;;
   esac
 done
 if [ ! -d "$1" ]; then
@@ -69,6 +74,7 @@ has() { [[ ",$parts," == *",$1,"* ]]; }
 
 if [ $dry = 1 ]; then  # the CPU, tiny sizes: every command and path, none of the figures
   device=cpu shape=tiny m30k_shape=tiny tokens=600 big_tokens=600 rounds=1 steps=2 multiple=8
+  chunk=100 decoding=(--limit 12 --rounds 1 --check 4)
   quality=(--set model.d_model=64 --set model.heads=4 --set model.ffn_dim=128
            --set model.encoder_layers=1 --set model.decoder_layers=1
            --set tokenizer.vocab_size=500 --set train.max_tokens=1000 --set train.max_steps=20
@@ -76,6 +82,7 @@ if [ $dry = 1 ]; then  # the CPU, tiny sizes: every command and path, none of th
            --set train.eval_every_minutes=0)
 else
   device=cuda shape= m30k_shape=multi30k tokens=16384 big_tokens=25000 rounds=5 steps=8 multiple=8
+  chunk=4096 decoding=(--rounds 2)
   quality=(--set train.max_minutes=5 --set train.eval_every_minutes=1 --set train.eval_every=0)
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv
 fi
@@ -91,7 +98,7 @@ if has speed; then
     step train_speed-$model 120 $python benchmarks/train_speed.py --device $device \
       --shape "${shape:-$model}" --precisions bf16 --max-tokens $big_tokens \
       --length-multiple $multiple --rounds $((rounds < 3 ? rounds : 3)) --steps $steps \
-      --cuda-graphs --json "$out/train_speed-$model.json"
+      --cuda-graphs --loss-chunk $chunk --json "$out/train_speed-$model.json"
   done
   step profile 90 $python benchmarks/profile_step.py --device $device --data "$data" \
     --shape $m30k_shape --max-tokens $tokens --steps $steps --json "$out/profile.json" \
@@ -104,6 +111,14 @@ if has quality; then
     --set 'data.test_splits=[]' "${quality[@]}"
   $python -m translate evaluate "$out/quality-run/best.pt" --split test_2016_flickr --beam 5 \
     --device $device --json > "$out/quality-test.json" 2> "$out/quality-test.log" || failed=1
+fi
+if has decode; then
+  if [ -f "$out/quality-run/best.pt" ]; then
+    step decode 200 $python benchmarks/decode.py "$out/quality-run/best.pt" --data "$data" \
+      --device $device "${decoding[@]}" --json "$out/decode.json"
+  else
+    echo "== decode: no $out/quality-run/best.pt; run the quality part first"; failed=1
+  fi
 fi
 if has tests; then
   step gpu_tests 150 $python -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_gpu.py

@@ -74,6 +74,21 @@ def quality_figures(out: Path, summary: dict, missing: dict) -> None:
                                    if r["kind"] == "valid"]
 
 
+def decode_figures(out: Path, summary: dict, missing: dict) -> None:
+    result = read(out / "decode.json")
+    if result is None:
+        missing["decode_beam5_vs_hf"] = "decode.json not written (part decode)"
+        return
+    against = result.get("beam5_vs_hf")
+    if against is None:
+        missing["decode_beam5_vs_hf"] = "transformers not installed: no HF generate peer"
+        return
+    summary["decode_beam5_vs_hf"] = against["ratio"]
+    summary["decode_beam5"] = against  # which systems, and the BLEU of each
+    summary["decode_sent_per_s"] = {name: s["beam5_sent_per_s"]
+                                    for name, s in result["systems"].items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
@@ -83,7 +98,7 @@ def main() -> None:
     missing: dict = {}
     speed_figures(args.out, summary, missing)
     quality_figures(args.out, summary, missing)
-    missing["decode_beam5_vs_hf"] = "benchmarks/decode.py does not time CUDA decoding yet"
+    decode_figures(args.out, summary, missing)
     summary.update(commit=args.commit, missing=missing)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))

@@ -29,6 +29,10 @@ batches them, so no corpus has to travel to the GPU. `--shape tiny` is for dry r
 
     python benchmarks/train_speed.py --device cuda --shape big --precisions bf16 \
         --max-tokens 12500 --json benchmarks/results/train_speed-cuda-big.json
+
+`--loss-chunk N` adds our plain engine with the loss that never holds the (B, T, V) logits
+(`train.loss_chunk`, N target tokens at a time). On a GPU each system's peak memory in its
+warm-up is reported beside its speed.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from translate.engine import FAST, PLAIN
 from translate.models import TransformerConfig, build_model, count_parameters
 from translate.tokenizer import Tokenizer
 from translate.tokens import EOS, PAD
+from translate.training.batch_loss import BatchLoss
 from translate.training.graphs import StepGraphs
 from translate.training.optim import make_optimizer
 from translate.utils import autocast, cpu_has_amx, cpu_name, pick_device
@@ -126,7 +131,8 @@ def adamw(model: torch.nn.Module, device: torch.device) -> torch.optim.AdamW:
 
 class Ours:
     def __init__(self, vocab: int, precision: str, engine=FAST, device: str = "cpu",
-                 compiled: bool = False, dropout: float = 0.1, shape: str = "multi30k"):
+                 compiled: bool = False, dropout: float = 0.1, shape: str = "multi30k",
+                 loss_chunk: int = 0):
         torch.manual_seed(0)
         dims = SHAPES[shape]
         cfg = TransformerConfig(d_model=dims["d_model"], heads=dims["heads"],
@@ -138,12 +144,12 @@ class Ours:
         self.opt = adamw(self.model, self.device)
         self.precision = precision
         self.params = count_parameters(self.model)
-        self.forward = torch.compile(self.model) if compiled else self.model
+        forward = torch.compile(self.model) if compiled else self.model
+        self.loss = BatchLoss(self.model, forward, engine.loss, self.device, precision,
+                              loss_chunk)
 
     def step(self, batch) -> None:
-        with autocast(self.device, self.precision):
-            logits = self.forward(batch.src, batch.tgt_in)
-        loss, _ = self.engine.loss(logits, batch.tgt_out, 0.1, PAD)
+        loss, _ = self.loss(batch.src, batch.tgt_in, batch.tgt_out, 0.1)
         (loss / batch.num_tgt_tokens).backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.opt.step()
@@ -156,12 +162,13 @@ class OursGraphs(Ours):
     it runs unrecorded)."""
 
     def __init__(self, vocab: int, precision: str, device: str = "cpu", dropout: float = 0.1,
-                 shape: str = "multi30k"):
-        super().__init__(vocab, precision, PLAIN, device, dropout=dropout, shape=shape)
+                 shape: str = "multi30k", loss_chunk: int = 0):
+        super().__init__(vocab, precision, PLAIN, device, dropout=dropout, shape=shape,
+                         loss_chunk=loss_chunk)
         cfg = TrainConfig(lr=1e-4, betas=(0.9, 0.98), weight_decay=0.01)  # as `adamw` has it
         self.opt, _ = make_optimizer(self.model, cfg, capturable=True)
-        self.graphs = StepGraphs(self.model, None, self.opt, 0.1, 1.0, PLAIN.loss, precision,
-                                 self.device, torch.float64)
+        self.graphs = StepGraphs(self.model, None, self.opt, 0.1, 1.0, self.loss, self.device,
+                                 torch.float64)
 
     def step(self, batch) -> None:
         self.graphs.step(batch, batch.num_tgt_tokens, ema_weight=0.0)
@@ -206,12 +213,20 @@ class Marian:
 
 
 def build_systems(vocab: int, precisions: list[str], device: str = "cpu",
-                  compiled: bool = False, shape: str = "multi30k", graphs: bool = False) -> dict:
+                  compiled: bool = False, shape: str = "multi30k", graphs: bool = False,
+                  loss_chunk: int = 0) -> dict:
     """Ours in each precision with the fast engine and the plain one (and the plain one
-    compiled, with `compiled`, and through CUDA graphs, with `graphs`); the peer in each; all
-    of `shape`."""
+    compiled, with `compiled`, through CUDA graphs, with `graphs`, and with its loss in chunks
+    of `loss_chunk` target tokens, also through the graphs); the peer in each; all of
+    `shape`."""
     systems = {}
     for precision in precisions:
+        if loss_chunk:
+            systems[f"ours {precision} chunks"] = Ours(vocab, precision, PLAIN, device,
+                                                       shape=shape, loss_chunk=loss_chunk)
+            if graphs:
+                systems[f"ours {precision} graphs chunks"] = OursGraphs(
+                    vocab, precision, device, shape=shape, loss_chunk=loss_chunk)
         systems[f"ours {precision} fast"] = Ours(vocab, precision, FAST, device, shape=shape)
         systems[f"ours {precision} plain"] = Ours(vocab, precision, PLAIN, device, shape=shape)
         if compiled:
@@ -241,6 +256,9 @@ def main() -> None:
     ap.add_argument("--cuda-graphs", action="store_true",
                     help="also our plain engine's step recorded as CUDA graphs (train.cuda_graphs"
                          "; each shape's recording is not timed)")
+    ap.add_argument("--loss-chunk", type=int, default=0,
+                    help="also our plain engine with its loss in chunks of this many target "
+                         "tokens (train.loss_chunk), and through the graphs with --cuda-graphs")
     ap.add_argument("--cudnn-attention", action="store_true",
                     help="on a GPU, leave PyTorch's cuDNN attention on (translate turns it off)")
     ap.add_argument("--precisions", default=None,
@@ -254,6 +272,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.length_multiple < 1:
         ap.error(f"--length-multiple must be at least 1, got {args.length_multiple}")
+    if args.loss_chunk < 0:
+        ap.error(f"--loss-chunk must be 0 (off) or more, got {args.loss_chunk}")
     device = pick_device(args.device)  # on a GPU, as translate sets it up: no cuDNN attention
     if args.cudnn_attention:
         torch.backends.cuda.enable_cudnn_sdp(True)
@@ -272,11 +292,16 @@ def main() -> None:
         batches = synthetic_batches(args.max_tokens, n, vocab, multiple=args.length_multiple)
     batches = [batch.to(device) for batch in batches]
     systems = build_systems(vocab, precisions, args.device, args.compile, args.shape,
-                            args.cuda_graphs)
+                            args.cuda_graphs, args.loss_chunk)
+    memory: dict[str, float] = {}  # on a GPU, each system's peak memory in its warm-up, GB
     for name, system in systems.items():  # warm-up: allocator, oneDNN kernels; a compiled or
         recorded = "compiled" in name or "graphs" in name  # recorded one sees every shape
+        if on_gpu:
+            torch.cuda.reset_peak_memory_stats(device)
         for batch in batches if recorded else batches[:2]:
             system.step(batch)
+        if on_gpu:
+            memory[name] = torch.cuda.max_memory_allocated(device) / 1e9
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     rates: dict[str, list[float]] = {name: [] for name in systems}
     peaks: dict[str, list[float]] = {p: [] for p in precisions}
@@ -307,7 +332,7 @@ def main() -> None:
               "amx": cpu_has_amx(), "device": args.device,
               "cudnn_attention": on_gpu and torch.backends.cuda.cudnn_sdp_enabled(),
               "gpu": torch.cuda.get_device_name(device) if on_gpu else None,
-              "matmul_peak_gflops": peak, "peer": peer,
+              "matmul_peak_gflops": peak, "peer": peer, "loss_chunk": args.loss_chunk,
               "flops_per_target_token": "6 x parameters", "systems": {}}
     print(f"\nmatmul peak ({MATMUL_SIZE[device.type]}^3, median): "
           + ", ".join(f"{p} {g:.0f} GFLOP/s" for p, g in peak.items()))
@@ -318,9 +343,11 @@ def main() -> None:
         mfu = 6 * system.params * medians[name] / (peak[system.precision] * 1e9)
         result["systems"][name] = {"params": system.params, "precision": system.precision,
                                    "median_tok_per_s": medians[name], "rounds_tok_per_s": values,
-                                   "ratio_to_peer_best": ratio, "mfu": mfu}
+                                   "ratio_to_peer_best": ratio, "mfu": mfu,
+                                   "peak_memory_gb": memory.get(name)}
+        peak_gb = f" {memory[name]:6.1f} GB" if name in memory else ""
         print(f"{name:20s} {system.params / 1e6:7.2f}M {medians[name]:13.0f} {ratio:22.2f} "
-              f"{mfu:6.1%}")
+              f"{mfu:6.1%}{peak_gb}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))
     print(f"\nwrote {args.json}")

@@ -120,16 +120,14 @@ def ready_to_step(trainer):
 
 def poison_loss(trainer, bad_calls: set[int]) -> None:
     """Make `trainer`'s loss infinite on its engine's calls numbered in `bad_calls` (1-based)."""
-    from dataclasses import replace
-
-    real, calls = trainer.engine.loss, []
+    real, calls = trainer.batch_loss.loss, []
 
     def loss(*args):
         calls.append(1)
         value, nll = real(*args)
         return (value * float("inf"), nll) if len(calls) in bad_calls else (value, nll)
 
-    trainer.engine = replace(trainer.engine, loss=loss)
+    trainer.batch_loss.loss = loss  # the step's BatchLoss, shared with its CUDA graphs
 
 
 @pytest.fixture(scope="session")

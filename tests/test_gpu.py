@@ -153,3 +153,74 @@ def test_the_recorded_step_makes_the_eager_update_and_never_waits(recipe_path, s
             continue
         torch.testing.assert_close(recorded.model.state_dict()[name], weight, rtol=1e-3,
                                    atol=1e-4, msg=lambda m: f"{name}: {m}")
+
+
+def host_syncs(run) -> int:
+    """How many times `run()` made the host wait for the GPU."""
+    import warnings
+
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return sum("synchronizing" in str(w.message) for w in caught)
+
+
+def test_the_gpu_engines_beam_search_reads_the_device_every_few_steps(trained_run, small_data):
+    """translate.gpu.search: a handful of host reads per batch against the textbook search's
+    several a step, and the same translations."""
+    from translate import gpu, search
+    from translate.batching import pad
+    from translate.checkpoint import load_checkpoint
+    from translate.search import output_limits
+
+    loaded = load_checkpoint(trained_run.run_dir)
+    model = loaded.model.cuda().eval()
+    lines = [json.loads(line)["en"] for line in (small_data / "validation.jsonl").open()][:32]
+    src = pad([torch.tensor(ids) for ids in loaded.tokenizer.encode_src(lines)]).cuda()
+    limits = output_limits(src, 1.5, 10, 200)
+    found, syncs = {}, {}
+    for name, beam_search in (("textbook", search.beam_search), ("gpu", gpu.beam_search)):
+        syncs[name] = host_syncs(lambda: found.__setitem__(
+            name, beam_search(model, src, 5, limits)))
+    assert [[h.tokens for h in hs] for hs in found["gpu"]] == \
+        [[h.tokens for h in hs] for hs in found["textbook"]]
+    longest = int(limits.max()) + 1
+    assert syncs["gpu"] <= 2 * (longest // gpu.search.CHECK_EVERY + 1) + 8, syncs
+    assert syncs["gpu"] * 3 < syncs["textbook"], syncs
+
+
+def test_the_chunked_loss_on_cuda_needs_a_fraction_of_the_memory():
+    """A 32k vocabulary, 8k target tokens, bf16: the loss and gradients of the whole logits, in
+    a fraction of their peak memory."""
+    from torch import nn
+
+    from translate.gpu.loss import chunked_cross_entropy
+    from translate.loss import label_smoothed_cross_entropy
+
+    torch.manual_seed(0)
+    N, D, V = 8192, 512, 32_000
+    hidden = torch.randn(N, D, device="cuda", requires_grad=True)
+    output = nn.Linear(D, V, bias=False).cuda()
+    target = torch.randint(1, V, (N,), device="cuda")
+    found = {}
+    for name in ("whole", "chunked"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        start = torch.cuda.memory_allocated()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            if name == "whole":
+                loss, _ = label_smoothed_cross_entropy(output(hidden), target, 0.1, 0)
+            else:
+                loss, _ = chunked_cross_entropy(hidden, output, target, 0.1, 0, 1024)
+        grads = torch.autograd.grad(loss / N, [hidden, output.weight])
+        torch.cuda.synchronize()
+        found[name] = (loss.item(), grads, torch.cuda.max_memory_allocated() - start)
+    (whole, grads_w, peak_w), (chunked, grads_c, peak_c) = found.values()
+    assert chunked == pytest.approx(whole, rel=1e-3)
+    for g, w in zip(grads_c, grads_w):
+        torch.testing.assert_close(g, w.to(g.dtype), rtol=0.05, atol=1e-4)
+    assert peak_c < peak_w / 3, (peak_c, peak_w)

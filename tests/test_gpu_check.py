@@ -22,7 +22,7 @@ def test_the_dry_run_runs_every_part_and_writes_the_summary(small_data, tmp_path
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable}
     result = subprocess.run(["bash", str(REPO / "benchmarks/gpu_check.sh"), "--parts",
-                             "speed,quality,tests", "--dry-run", str(small_data), str(out)],
+                             "speed,quality,decode,tests", "--dry-run", str(small_data), str(out)],
                             cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=within(starts=150, floor=400))
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
@@ -32,10 +32,16 @@ def test_the_dry_run_runs_every_part_and_writes_the_summary(small_data, tmp_path
         assert summary[key] is not None, (key, summary["missing"])
     assert summary["base_mfu"] > 0 and summary["gpu_recipe_train_seconds"] > 0
     assert set(summary["missing"]) <= {"decode_beam5_vs_hf", "multi30k_vs_marian"}
+    if "decode_beam5_vs_hf" not in summary["missing"]:  # HF generate installed: timed against
+        assert summary["decode_beam5_vs_hf"] > 0 and summary["decode_beam5"]["ours"]
+    decoded = json.loads((out / "decode.json").read_text())
+    assert decoded["sentences"] == 12 and "ours fp32" in decoded["systems"]
+    base = json.loads((out / "train_speed-base.json").read_text())
+    assert base["loss_chunk"] == 100 and "ours bf16 chunks" in base["systems"]
     assert summary["commit"] and summary["gpu_recipe_bleu_signature"].startswith("nrefs:1")
     profile = (out / "profile.txt").read_text()
     assert "ms a step" in profile and "operator" in profile
     for log in ("train_speed-multi30k", "train_speed-base", "train_speed-big", "profile",
-                "quality-train", "gpu_tests"):
+                "quality-train", "decode", "gpu_tests"):
         assert (out / f"{log}.log").is_file(), log
     assert "== gpu_tests: exit 0" in result.stdout

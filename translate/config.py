@@ -118,8 +118,13 @@ class TrainConfig:
     # step runs as written for the graphs, unrecorded. One process, accum_steps 1, no fp16
     cuda_graphs: bool = False
     # fast: the engine's CPU speed work (translate.fast); plain: the textbook model as written;
+    # gpu: plain, with validation's searches reading the device every few steps (translate.gpu);
     # auto: fast on the CPU, plain elsewhere
     engine: str = "auto"
+    # project the decoder's states to the vocabulary this many target tokens at a time in the
+    # loss, never holding the (B, T, V) logits (translate.gpu.loss): for 32k+ vocabularies on a
+    # GPU; 0: the whole batch's logits at once
+    loss_chunk: int = 0
 
 
 @dataclass(frozen=True)
@@ -352,13 +357,14 @@ AT_MOST = {"d_model": 65_536, "ffn_dim": 1 << 20, "heads": 1024, "encoder_layers
            "vocab_size": 1_000_000, "max_tokens": 1 << 24, "accum_steps": 1 << 16,
            "beam": 1024, "valid_beam": 1024, "max_len": 1 << 20, "max_len_a": 100.0,
            "max_len_b": 1 << 20, "character_coverage": 1.0, "threads": 4096, "num_proc": 4096,
-           "sampling_nbest": 1024, "length_multiple": 1024,
+           "sampling_nbest": 1024, "length_multiple": 1024, "loss_chunk": 1 << 24,
            "seed": (1 << 32) - 1}  # every generator seeded from it takes 32 bits
 
 
 # Words with a fixed set of values.
 CHOICES = {"model_type": ("unigram", "bpe", "char", "word"),
-           "precision": ("auto", "fp32", "bf16", "fp16"), "engine": ("auto", "fast", "plain"),
+           "precision": ("auto", "fp32", "bf16", "fp16"),
+           "engine": ("auto", "fast", "plain", "gpu"),
            "activation": ("relu", "gelu"), "positions": ("sinusoidal", "learned"),
            "cell": ("gru", "lstm"),
            "lr_schedule": ("inverse_sqrt", "linear", "cosine")}
@@ -455,7 +461,8 @@ def _apply_override(raw: dict, item: str) -> None:
 # Everything else (model, data, tokenizer, optimisation) shapes the weights and stays as trained.
 RESUME_KEYS = ("max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
                "patience", "keep_last", "save_every", "log_every", "threads", "max_bad_losses",
-               "monitor_splits", "engine", "valid_beam", "keep_freed_memory", "cuda_graphs")
+               "monitor_splits", "engine", "valid_beam", "keep_freed_memory", "cuda_graphs",
+               "loss_chunk")
 
 
 def resume_overrides(raw: dict, overrides: list[str] | tuple = ()) -> dict:

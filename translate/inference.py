@@ -17,7 +17,7 @@ from torch import nn
 from translate.batching import pad
 from translate.config import DecodeConfig
 from translate.engine import PLAIN, Engine
-from translate.search import Hypothesis, beam_search, greedy_search, output_limits
+from translate.search import Hypothesis, output_limits
 from translate.tokenizer import Tokenizer
 from translate.utils import autocast, resolve_precision
 
@@ -75,8 +75,9 @@ def decode_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence
 
     Batches by length, restores the input order, gives an empty input one empty translation and
     truncates (with a warning) a line longer than the model's limit. Greedy search serves beam
-    1 unless scores or several hypotheses are asked for; beam search serves the rest, with the
-    engine's step (`engine.candidates`; the model is expected prepared by `engine.prepare`).
+    1 unless scores or several hypotheses are asked for; beam search serves the rest: the
+    engine's searches and step (`engine.candidates`; the model is expected prepared by
+    `engine.prepare`).
     Runs in inference mode: no autograd bookkeeping at all, which `no_grad` still does for views
     and versions (1.03x the sentences/s at beam 5 on a 2-core CPU, docs/results.md).
     """
@@ -103,10 +104,11 @@ def decode_sentences(model: nn.Module, tokenizer: Tokenizer, sentences: Sequence
         limits = output_limits(src, cfg.max_len_a, cfg.max_len_b, limit)  # (B,)
         with autocast(device, precision):
             if use_beam:
-                found = beam_search(model, src, max(cfg.beam, nbest), limits, cfg.lenpen, nbest,
-                                    engine.candidates, cfg.early_exit)
+                found = engine.beam_search(model, src, max(cfg.beam, nbest), limits, cfg.lenpen,
+                                           nbest, engine.candidates, cfg.early_exit)
             else:
-                found = [[Hypothesis(ids, 0.0, 0.0)] for ids in greedy_search(model, src, limits)]
+                found = [[Hypothesis(ids, 0.0, 0.0)]
+                         for ids in engine.greedy_search(model, src, limits)]
         texts = iter(tokenizer.decode_tgt([h.tokens for hyps in found for h in hyps]))
         for i, hyps in zip(idx, found):
             outputs[i] = [Translation(next(texts), h.score, h.logprob, len(h.tokens))

@@ -7,6 +7,8 @@ interchangeable and nothing outside `translate.models` ever asks which one it ho
     state = model.init_state(memory)              the decoder before its first token
     logits, state = model.decode(tgt_in, state)   (B, T) next tokens -> (B, T, V) logits
     logits = model(src, tgt_in)                   teacher forcing: encode, then decode at once
+    states = model.features(src, tgt_in)          the same up to the output layer: (B, T, D)
+                                                  states, and model.output(states) = logits
 
 Feeding `decode` the whole prefix at once or one token per call gives the same logits: the state
 carries what the decoder keeps between steps (caches, a recurrent state) and what it reads of the
@@ -54,4 +56,8 @@ class Seq2Seq(Protocol):
 
     def __call__(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: (B, S) source, (B, T) target prefix -> (B, T, V) logits."""
+        ...
+
+    def features(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing up to the output layer: `self.output(features)` are the logits."""
         ...

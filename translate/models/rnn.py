@@ -173,6 +173,12 @@ class RNNSeq2Seq(nn.Module):
 
         Feeding the whole prefix at once or one token per call gives the same logits.
         """
+        outputs, state = self.decoder_states(tgt_in, state)
+        return self.output(outputs), state  # (B, T, V)
+
+    def decoder_states(self, tgt_in: torch.Tensor, state: RNNState
+                       ) -> tuple[torch.Tensor, RNNState]:
+        """`decode` up to the output layer: (B, T, E) the maxout outputs it projects."""
         memory, hidden, cell = state.memory, state.hidden, state.cell  # (B, Hd)
         embedded = self.dropout(self.tgt_embed(tgt_in))  # (B, T, E)
         hiddens, contexts = [], []
@@ -188,9 +194,13 @@ class RNNSeq2Seq(nn.Module):
         features = torch.cat([torch.stack(hiddens, 1), embedded, torch.stack(contexts, 1)], dim=-1)
         pieces = self.deep_output(self.dropout(features))  # (B, T, 2E)
         maxout = pieces.unflatten(-1, (-1, 2)).amax(dim=-1)  # (B, T, E)
-        logits = self.output(self.dropout(maxout))  # (B, T, V)
-        return logits, replace(state, hidden=hidden, cell=cell)
+        return self.dropout(maxout), replace(state, hidden=hidden, cell=cell)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: (B, S) source, (B, T) target prefix -> (B, T, V) logits."""
-        return self.decode(tgt_in, self.init_state(self.encode(src)))[0]
+        return self.output(self.features(src, tgt_in))
+
+    def features(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing up to the output layer: (B, T, E) states; `self.output` of them
+        gives the logits (a loss may project them a chunk at a time, translate.gpu.loss)."""
+        return self.decoder_states(tgt_in, self.init_state(self.encode(src)))[0]

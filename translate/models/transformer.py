@@ -240,13 +240,24 @@ class Transformer(nn.Module):
 
         Feeding the whole prefix at once or one token per call gives the same logits.
         """
+        states, state = self.decoder_states(tgt_in, state)
+        return self.output(states), state  # (B, T, V)
+
+    def decoder_states(self, tgt_in: torch.Tensor, state: DecoderState
+                       ) -> tuple[torch.Tensor, DecoderState]:
+        """`decode` up to the output layer: (B, T, D) the states it projects to logits."""
         y = self.tgt_embed(tgt_in, state.offset)  # (B, T, D)
         for layer, self_cache, cross_cache in zip(self.decoder_layers, state.self_attn,
                                                   state.cross_attn):
             y = layer(y, state.memory, self_cache, cross_cache)
         state.offset += tgt_in.size(1)
-        return self.output(self.decoder_norm(y)), state  # (B, T, V)
+        return self.decoder_norm(y), state
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: (B, S) source, (B, T) target prefix -> (B, T, V) logits."""
-        return self.decode(tgt_in, self.init_state(self.encode(src)))[0]
+        return self.output(self.features(src, tgt_in))
+
+    def features(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing up to the output layer: (B, T, D) states; `self.output` of them
+        gives the logits (a loss may project them a chunk at a time, translate.gpu.loss)."""
+        return self.decoder_states(tgt_in, self.init_state(self.encode(src)))[0]

@@ -31,9 +31,8 @@ from torch import nn
 
 from translate.batching import Batch
 from translate.config import ConfigError, Recipe
-from translate.tokens import PAD
+from translate.training.batch_loss import BatchLoss
 from translate.training.optim import step_unless
-from translate.utils import autocast
 
 log = logging.getLogger(__name__)
 
@@ -94,17 +93,18 @@ class StepGraphs:
         model, ema: the weights trained and their average (None: no EMA).
         optimizer: a fused AdamW whose learning rate is a device tensor (`make_optimizer`
             with `capturable=True`).
+        loss: a batch's forward and loss (the trainer's).
         figure_dtype: the dtype of the step's sums.
     """
 
     def __init__(self, model: nn.Module, ema: Optional[nn.Module], optimizer,
-                 label_smoothing: float, clip_norm: float, loss, precision: str,
+                 label_smoothing: float, clip_norm: float, loss: BatchLoss,
                  device: torch.device, figure_dtype: torch.dtype):
         self.model, self.optimizer, self.loss = model, optimizer, loss
         self.params = list(model.parameters())
         self.ema_params = list(ema.parameters()) if ema is not None else []
         self.label_smoothing, self.clip_norm = label_smoothing, clip_norm
-        self.precision, self.device, self.figure_dtype = precision, device, figure_dtype
+        self.device, self.figure_dtype = device, figure_dtype
         self.records = device.type == "cuda"
         self.ema_weight = torch.zeros((), device=device)  # 1 - decay of this step's EMA update
         self.slots: dict[tuple[int, int, int], Slots] = {}
@@ -144,9 +144,8 @@ class StepGraphs:
         """The step itself: forward, loss, backward, clipping, AdamW (skipped on a NaN/inf
         loss, decided on the device) and the EMA. Returns the (3,) sums."""
         # autocast's weight cache would hold casts made during a recording: off
-        with autocast(self.device, self.precision, cache=False):
-            logits = self.model(slots.src, slots.tgt_in)  # (B, T, V)
-        loss, nll = self.loss(logits, slots.tgt_out, self.label_smoothing, PAD)
+        loss, nll = self.loss(slots.src, slots.tgt_in, slots.tgt_out, self.label_smoothing,
+                              cache=False)
         (loss / slots.tokens).backward()
         bad = (~torch.isfinite(loss)).float()  # () 1.0 on a NaN/inf loss
         if self.clip_norm > 0:

@@ -32,10 +32,10 @@ from translate.engine import resolve_engine
 from translate.metrics import LogWindow, MetricsLog
 from translate.models import build_model, count_parameters
 from translate.tokenizer import SubwordSampler
-from translate.tokens import PAD
 from translate.training.compilation import compiled, engine_name
 from translate.training.distributed import (World, agree, all_sum, all_sum_, any_rank,
                                             from_main_numbers, step_seed, sum_gradients)
+from translate.training.batch_loss import BatchLoss
 from translate.training.graphs import StepGraphs, check_recipe
 from translate.training.optim import (ema_decay, make_optimizer, plain_numbers,
                                       restore_lr_tensors, skips_on_device, step_unless,
@@ -43,7 +43,7 @@ from translate.training.optim import (ema_decay, make_optimizer, plain_numbers,
 from translate.training.prepare import TrainingData
 from translate.training.progress import TrainingBar
 from translate.training.validation import dev_loss, perplexity, validation_scores
-from translate.utils import (autocast, keep_freed_memory, pick_device, resolve_precision,
+from translate.utils import (keep_freed_memory, pick_device, resolve_precision,
                              rng_state, seed_everything, set_rng_state, stop_signals)
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,9 @@ class Trainer:
         if self.precision == "int8":
             raise ConfigError("train.precision int8 is for decoding only (translate decode/"
                               "evaluate --precision int8); train in fp32, bf16 or fp16")
+        if self.cfg.compile and self.cfg.loss_chunk:
+            raise ConfigError("train.loss_chunk projects the decoder's states outside the "
+                              "compiled forward; set train.compile false or train.loss_chunk 0")
         if self.cfg.cuda_graphs:
             check_recipe(recipe, self.precision, world.size)
         if self.cfg.threads:
@@ -123,7 +126,9 @@ class Trainer:
                      processes)
         # The compiled forward shares the model's parameters; checkpoints save the model itself,
         # so their names carry no torch.compile prefix.
-        self.forward = compiled(self.model, self.device) if self.cfg.compile else self.model
+        forward = compiled(self.model, self.device) if self.cfg.compile else self.model
+        self.batch_loss = BatchLoss(self.model, forward, self.engine.loss, self.device,
+                                    self.precision, self.cfg.loss_chunk)
         # Exponential moving average of the weights: validated, saved and used to translate.
         self.ema = copy.deepcopy(self.model).eval().requires_grad_(False) \
             if self.cfg.ema_decay > 0 else None
@@ -133,7 +138,7 @@ class Trainer:
         # train.cuda_graphs: each step through a graph recorded once per batch shape
         self.graphs = StepGraphs(
             self.model, self.ema, self.optimizer, self.cfg.label_smoothing, self.cfg.clip_norm,
-            self.engine.loss, self.precision, self.device, self.figure_dtype,
+            self.batch_loss, self.device, self.figure_dtype,
         ) if self.cfg.cuda_graphs else None
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         # Where reading a value from the device costs a sync (a GPU), a step's NaN/inf check
@@ -300,9 +305,8 @@ class Trainer:
         loss_sum = nll_sum = torch.zeros((), dtype=self.figure_dtype, device=self.device)
         for batch in batches:
             batch = batch.to(self.device)
-            with autocast(self.device, self.precision):
-                logits = self.forward(batch.src, batch.tgt_in)  # (B, T, V)
-            loss, nll = self.engine.loss(logits, batch.tgt_out, self.cfg.label_smoothing, PAD)
+            loss, nll = self.batch_loss(batch.src, batch.tgt_in, batch.tgt_out,
+                                        self.cfg.label_smoothing)
             loss_sum = loss_sum + loss.detach().to(self.figure_dtype)
             nll_sum = nll_sum + nll.detach().to(self.figure_dtype)
             if self.scaler.is_enabled():  # fp16: a NaN/inf loss makes every gradient NaN, so
@@ -401,7 +405,7 @@ class Trainer:
             return False
         model = self.eval_model
         loss = dev_loss(model, self.dev.pairs, self.cfg.max_tokens, self.device, self.precision,
-                        self.engine)
+                        self.engine, self.cfg.loss_chunk)
         splits = {"dev": (self.dev.src, self.dev.tgt), **self.monitor}
         bleus = validation_scores(model, self.tokenizer, self.recipe, splits, self.device,
                                   self.precision, self.engine)

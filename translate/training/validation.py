@@ -14,21 +14,20 @@ from translate.config import Recipe
 from translate.engine import Engine
 from translate.evaluation import evaluate_split
 from translate.tokenizer import Tokenizer
-from translate.tokens import PAD
-from translate.utils import autocast
+from translate.training.batch_loss import BatchLoss
 
 
 @torch.no_grad()
 def dev_loss(model: nn.Module, pairs: EncodedPairs, max_tokens: int, device: torch.device,
-             precision: str, engine: Engine) -> float:
-    """Mean negative log-likelihood per target token (no label smoothing)."""
+             precision: str, engine: Engine, loss_chunk: int = 0) -> float:
+    """Mean negative log-likelihood per target token (no label smoothing); `loss_chunk` as in
+    training (`train.loss_chunk`)."""
     model.eval()
+    batch_loss = BatchLoss(model, model, engine.loss, device, precision, loss_chunk)
     nll, tokens = 0.0, 0
     for idx in token_batches(pairs.src.lengths, pairs.tgt.lengths, max_tokens, shuffle=False):
         batch = collate([pairs.src[i] for i in idx], [pairs.tgt[i] for i in idx]).to(device)
-        with autocast(device, precision):
-            logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-        nll += float(engine.loss(logits, batch.tgt_out, 0.0, PAD)[1])
+        nll += float(batch_loss(batch.src, batch.tgt_in, batch.tgt_out, 0.0)[1])
         tokens += batch.num_tgt_tokens
     return nll / max(tokens, 1)
 
