@@ -118,6 +118,29 @@ def ready_to_step(trainer):
     return trainer
 
 
+def tiny_trainer(recipe: Path, data: Path, run_dir: Path, *overrides: str):
+    """A Trainer of `recipe` with TINY_OVERRIDES and `overrides` on the CPU, in a new `run_dir`,
+    logging to its metrics.jsonl, ready for `take_steps`."""
+    from translate.config import load_recipe
+    from translate.metrics import MetricsLog
+    from translate.training import Trainer, prepare_data
+
+    cfg = load_recipe(recipe, [*TINY_OVERRIDES, f"data.dataset={data}", *overrides])
+    run_dir.mkdir()
+    return ready_to_step(Trainer(cfg, run_dir, prepare_data(cfg, run_dir),
+                                 MetricsLog(run_dir / "metrics.jsonl"), device="cpu",
+                                 progress=False))
+
+
+def take_steps(trainer, steps: int):
+    """`steps` optimizer steps of the first epoch's batches, their figures read."""
+    order = trainer.epoch_batches()
+    for _ in range(steps):
+        trainer.next_step(order)
+    trainer.settle()
+    return trainer
+
+
 def poison_loss(trainer, bad_calls: set[int]) -> None:
     """Make `trainer`'s loss infinite on its engine's calls numbered in `bad_calls` (1-based)."""
     real, calls = trainer.batch_loss.loss, []

@@ -59,10 +59,11 @@ early_exit_option = click.option(
     "what searching on to beam-size finished hypotheses would (default: the recipe's "
     "decode.early_exit, on).")
 engine_option = click.option(
-    "--engine", type=click.Choice(["auto", "fast", "plain", "gpu"]), default="auto",
+    "--engine", type=click.Choice(["auto", "fast", "plain", "gpu", "textbook"]), default="auto",
     show_default=True,
-    help="fast: the CPU speed work (translate.fast); plain: the textbook model as written, to "
-    "read and debug; gpu: the plain model with searches that read the device every few steps "
+    help="textbook: translate/models/ exactly as written, attention included (edit it and see); "
+    "plain: the same model with PyTorch's fused attention; fast: the CPU speed work "
+    "(translate.fast); gpu: plain with searches that read the device every few steps "
     "(translate.gpu); auto: fast on the CPU, plain elsewhere. Translations agree to rounding.")
 
 

@@ -119,6 +119,7 @@ class TrainConfig:
     cuda_graphs: bool = False
     # fast: the engine's CPU speed work (translate.fast); plain: the textbook model as written;
     # gpu: plain, with validation's searches reading the device every few steps (translate.gpu);
+    # textbook: translate/models/ exactly as written, attention included (an edit there shows);
     # auto: fast on the CPU, plain elsewhere
     engine: str = "auto"
     # project the decoder's states to the vocabulary this many target tokens at a time in the
@@ -364,7 +365,7 @@ AT_MOST = {"d_model": 65_536, "ffn_dim": 1 << 20, "heads": 1024, "encoder_layers
 # Words with a fixed set of values.
 CHOICES = {"model_type": ("unigram", "bpe", "char", "word"),
            "precision": ("auto", "fp32", "bf16", "fp16"),
-           "engine": ("auto", "fast", "plain", "gpu"),
+           "engine": ("auto", "fast", "plain", "gpu", "textbook"),
            "activation": ("relu", "gelu"), "positions": ("sinusoidal", "learned"),
            "cell": ("gru", "lstm"),
            "lr_schedule": ("inverse_sqrt", "linear", "cosine")}

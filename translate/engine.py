@@ -1,12 +1,17 @@
-"""Engines: the same model run the textbook way (plain), with the CPU speed work (fast), or
-with the GPU's search (gpu).
+"""Engines: the same model run exactly as written (textbook), with PyTorch's fused attention
+(plain), with the CPU speed work (fast), or with the GPU's searches (gpu).
 
 An engine is applied once, where training or decoding is set up: `prepare` readies a built model
 (the fast engine swaps in its modules, `translate.fast.accelerate`), `loss` is the training
 loss, `candidates` beam search's step, `beam_search` and `greedy_search` the searches. Every
-engine gives the same translations to float rounding; the plain one is there to read and to debug
-against. The gpu engine is the plain model and loss with `translate.gpu`'s searches, which read
-the device every few steps instead of at every step.
+engine gives the same translations to float rounding.
+
+    textbook   translate/models/ as written, attention included: softmax(q k^T / sqrt(Dh)) v in
+               `attention.scaled_dot_product_attention`. Edit it, and a run shows the change.
+    plain      the same modules, with attention in `F.scaled_dot_product_attention` (one fused
+               kernel; the written-out function runs only where weights are drawn)
+    fast       translate/fast/'s modules swapped in: the CPU default
+    gpu        plain, with translate/gpu/'s searches, which read the device every few steps
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ import torch
 from torch import nn
 
 from translate import fast, gpu, loss, search
+from translate.models.attention import MultiHeadAttention
 
-ENGINES = ("auto", "fast", "plain", "gpu")
+ENGINES = ("auto", "fast", "plain", "gpu", "textbook")
 
 
 @dataclass(frozen=True)
@@ -39,10 +45,30 @@ GPU = Engine("gpu", lambda model: model, loss.label_smoothed_cross_entropy,
              gpu.search.top_candidates, gpu.beam_search, gpu.greedy_search)
 
 
+def write_out_attention(model: nn.Module) -> nn.Module:
+    """Every attention module of `model` computes the written-out attention, in place."""
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.written_out = True
+    return model
+
+
+TEXTBOOK = Engine("textbook", write_out_attention, loss.label_smoothed_cross_entropy,
+                  search.top_candidates)
+
+
 def resolve_engine(name: str, device: torch.device) -> Engine:
     """'auto' -> fast on the CPU (where it was measured faster), plain elsewhere."""
     if name not in ENGINES:
         raise ValueError(f"engine '{name}' is unknown; valid: {', '.join(ENGINES)}")
     if name == "auto":
         name = "fast" if device.type == "cpu" else "plain"
-    return {"plain": PLAIN, "fast": FAST, "gpu": GPU}[name]
+    return {"plain": PLAIN, "fast": FAST, "gpu": GPU, "textbook": TEXTBOOK}[name]
+
+
+def engine_note(engine: Engine) -> str:
+    """For a log line: the engine that runs, and how to run the code as written."""
+    if engine is TEXTBOOK:
+        return "textbook engine (translate/models/ exactly as written)"
+    return (f"{engine.name} engine (--engine textbook, or train.engine: textbook, runs "
+            f"translate/models/ exactly as written)")

@@ -16,7 +16,7 @@ from torch import nn
 
 from translate.batching import pad
 from translate.config import DecodeConfig
-from translate.engine import PLAIN, Engine
+from translate.engine import PLAIN, Engine, engine_note
 from translate.search import Hypothesis, output_limits
 from translate.tokenizer import Tokenizer
 from translate.utils import autocast, resolve_precision
@@ -62,6 +62,7 @@ def decoding_model(model: nn.Module, precision: str, device: torch.device, engin
         from translate.fast import quantize_int8
 
         model, precision = quantize_int8(model), "fp32"
+    log.info("decoding on %s in %s with the %s", device, precision, engine_note(engine))
     return engine.prepare(model), precision
 
 

@@ -5,12 +5,10 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import TINY_OVERRIDES, read_jsonl, ready_to_step
-from translate.config import ConfigError, load_recipe
+from conftest import read_jsonl, take_steps, tiny_trainer
+from translate.config import ConfigError
 from translate.gpu.loss import chunked_cross_entropy
 from translate.loss import label_smoothed_cross_entropy
-from translate.metrics import MetricsLog
-from translate.training import Trainer, prepare_data
 
 N, D, V, PAD = 37, 16, 50, 0
 
@@ -74,12 +72,8 @@ STEP_OVERRIDES = ["train.precision=fp32", "train.engine=plain", "train.eval_ever
                   "train.save_every=0", "train.log_every=1", "train.label_smoothing=0.1"]
 
 
-def trainer_for(recipe_path, small_data, run_dir, *overrides) -> Trainer:
-    cfg = load_recipe(recipe_path, [*TINY_OVERRIDES, f"data.dataset={small_data}",
-                                    *STEP_OVERRIDES, *overrides])
-    run_dir.mkdir()
-    return Trainer(cfg, run_dir, prepare_data(cfg, run_dir), MetricsLog(run_dir / "m.jsonl"),
-                   device="cpu", progress=False)
+def trainer_for(recipe_path, small_data, run_dir, *overrides):
+    return tiny_trainer(recipe_path, small_data, run_dir, *STEP_OVERRIDES, *overrides)
 
 
 def test_a_training_batch_gets_the_same_gradients(recipe_path, small_data, tmp_path):
@@ -111,17 +105,13 @@ def test_training_with_chunks_logs_the_same_losses(recipe_path, small_data, tmp_
 
     runs = []
     for chunk in (0, 50):
-        trainer = ready_to_step(trainer_for(recipe_path, small_data, tmp_path / f"c{chunk}",
-                                            f"train.loss_chunk={chunk}"))
-        order = trainer.epoch_batches()
-        for _ in range(4):
-            trainer.next_step(order)
-        trainer.settle()
+        trainer = take_steps(trainer_for(recipe_path, small_data, tmp_path / f"c{chunk}",
+                                         f"train.loss_chunk={chunk}"), 4)
         trainer.metrics.close()
         runs.append(trainer)
     plain, chunked = runs
     assert chunked.batch_loss.chunk == 50 and plain.step == chunked.step == 4
-    losses = [[r["loss"] for r in read_jsonl(t.run_dir / "m.jsonl")] for t in runs]
+    losses = [[r["loss"] for r in read_jsonl(t.run_dir / "metrics.jsonl")] for t in runs]
     assert len(losses[0]) == 4 and losses[1] == pytest.approx(losses[0], rel=1e-5)
     lr = plain.cfg.lr * 4 / plain.cfg.warmup  # the largest step's learning rate
     for (name, a), b in zip(plain.model.state_dict().items(),

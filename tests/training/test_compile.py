@@ -11,11 +11,10 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from conftest import TINY_OVERRIDES, ready_to_step
+from conftest import TINY_OVERRIDES, take_steps, tiny_trainer
 from translate.cli import main
 from translate.config import ConfigError, load_recipe
-from translate.metrics import MetricsLog
-from translate.training import Trainer, prepare_data
+from translate.training import Trainer
 from translate.training.compilation import engine_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,19 +23,13 @@ STEPS = 4
 
 def train_steps(recipe_path, data, run_dir: Path, compile_: bool) -> Trainer:
     """STEPS steps of the tiny Transformer in fp32 with the plain engine, then best.pt saved."""
-    cfg = load_recipe(recipe_path, [*TINY_OVERRIDES, f"data.dataset={data}",
-                                    "train.precision=fp32", "train.engine=plain",
-                                    f"train.compile={str(compile_).lower()}", "train.log_every=1",
-                                    "train.eval_every=0", "train.save_every=0"])
-    run_dir.mkdir()
-    metrics = MetricsLog(run_dir / "metrics.jsonl")
-    trainer = ready_to_step(Trainer(cfg, run_dir, prepare_data(cfg, run_dir), metrics,
-                                    device="cpu", progress=False))
-    order = trainer.epoch_batches()
-    for _ in range(STEPS):
-        trainer.next_step(order)
+    trainer = take_steps(tiny_trainer(recipe_path, data, run_dir, "train.precision=fp32",
+                                      "train.engine=plain",
+                                      f"train.compile={str(compile_).lower()}",
+                                      "train.log_every=1", "train.eval_every=0",
+                                      "train.save_every=0"), STEPS)
     trainer.save("best.pt")
-    metrics.close()
+    trainer.metrics.close()
     return trainer
 
 

@@ -14,6 +14,12 @@ Dh-wide slice of Q, K and V; their outputs are concatenated and mixed by one mor
 
 Shapes: B batch, T query length, S key length, D model width, H heads, Dh = D / H.
 Masks are boolean, True = may attend, broadcastable to (B, H, T, S).
+
+Which code runs: `scaled_dot_product_attention` below is attention written out. With
+`--engine textbook` (`train.engine: textbook`) every attention runs it, so an edit here (drop the
+scale, break the mask) shows in training and translation. The other engines call PyTorch's fused
+`F.scaled_dot_product_attention` instead (plain, gpu), or swap in translate/fast/ (fast, the CPU
+default); tests/models/ and tests/fast/ check that all of them compute what this file does.
 """
 
 from __future__ import annotations
@@ -104,6 +110,8 @@ class MultiHeadAttention(nn.Module):
         layer: the index of the layer this module belongs to, for figures.
     """
 
+    written_out = False  # True: always the written-out attention (the textbook engine)
+
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True,
                  role: str = ENCODER_SELF, layer: int = 0):
         super().__init__()
@@ -142,18 +150,19 @@ class MultiHeadAttention(nn.Module):
         # Causal: a query at position t sees the keys up to t, the past and itself. For a whole
         # target at once (training: T == S, no other mask) SDPA applies that rule itself, with
         # no (T, S) mask built and its fastest kernel free to run; otherwise a mask says it.
-        is_causal = causal and T == S and mask is None and not need_weights
+        written_out = need_weights or self.written_out
+        is_causal = causal and T == S and mask is None and not written_out
         if causal and not is_causal:
             allowed = causal_mask(T, offset=S - T, device=x.device)  # (T, S)
             mask = allowed if mask is None else mask & allowed
         dropout = self.dropout if self.training else 0.0
         weights = None
-        if need_weights:
+        if written_out:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
                                                  is_causal=is_causal)
-        return self.out_proj(self.merge_heads(out)), weights  # (B, T, D)
+        return self.out_proj(self.merge_heads(out)), weights if need_weights else None
 
     def keys_values(self, source: torch.Tensor, cross: bool, cache: Optional[KVCache]
                     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -28,7 +28,7 @@ from translate.checkpoint import (check_free_space, checkpoint_bytes, save_check
                                   step_number, upgrade_state_dict)
 from translate.config import ConfigError, Recipe
 from translate.data import load_split
-from translate.engine import resolve_engine
+from translate.engine import engine_note, resolve_engine
 from translate.metrics import LogWindow, MetricsLog
 from translate.models import build_model, count_parameters
 from translate.tokenizer import SubwordSampler
@@ -120,10 +120,10 @@ class Trainer:
         self.n_params = count_parameters(self.model)
         if world.is_main:
             processes = f", {world.size} processes" if world.size > 1 else ""
-            log.info("%s: %.2fM parameters, device %s, precision %s, %s engine%s, %d CPU "
-                     "threads%s", recipe.model.arch, self.n_params / 1e6, self.device,
-                     self.precision, self.engine.name, self.step_note(), torch.get_num_threads(),
-                     processes)
+            log.info("%s: %.2fM parameters, device %s, precision %s%s, %d CPU threads%s; the "
+                     "%s", recipe.model.arch, self.n_params / 1e6, self.device, self.precision,
+                     self.step_note(), torch.get_num_threads(), processes,
+                     engine_note(self.engine))
         # The compiled forward shares the model's parameters; checkpoints save the model itself,
         # so their names carry no torch.compile prefix.
         forward = compiled(self.model, self.device) if self.cfg.compile else self.model

@@ -1,0 +1,85 @@
+"""The textbook engine runs translate/models/ exactly as written: an edit to the written-out
+attention shows in a training run's loss (the exercise the tour walks through), while the other
+engines, which call PyTorch's fused attention, compute the same numbers and ignore the edit."""
+
+import copy
+import json
+import logging
+
+import pytest
+import torch
+
+from conftest import take_steps, tiny_trainer
+from translate.engine import PLAIN, TEXTBOOK, resolve_engine
+from translate.models import TransformerConfig, build_model
+from translate.models import attention
+from translate.search import beam_search
+
+
+def model_pair():
+    torch.manual_seed(0)
+    plain = build_model(TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2,
+                                          decoder_layers=2, dropout=0.0), 40, 40, True)
+    return plain, TEXTBOOK.prepare(copy.deepcopy(plain))
+
+
+def test_the_textbook_computes_what_the_fused_kernel_computes():
+    plain, textbook = model_pair()
+    assert resolve_engine("textbook", torch.device("cpu")) is TEXTBOOK
+    assert all(m.written_out for m in textbook.modules()
+               if isinstance(m, attention.MultiHeadAttention))
+    src = torch.randint(4, 40, (5, 8), generator=torch.Generator().manual_seed(7))
+    src[1, 3:] = 0
+    tgt = torch.randint(4, 40, (5, 6), generator=torch.Generator().manual_seed(8))
+    for mode in ("train", "eval"):  # training's causal self-attention, then decoding's
+        getattr(plain, mode)(), getattr(textbook, mode)()
+        torch.testing.assert_close(textbook(src, tgt), plain(src, tgt), atol=1e-5, rtol=0)
+    limits = torch.tensor([4, 11, 2, 9, 6])
+    found = [[[h.tokens for h in hs] for hs in beam_search(m, src, 4, limits, nbest=2)]
+             for m in (plain, textbook)]
+    assert found[0] == found[1]
+
+
+def unscaled_attention(q, k, v, mask=None, dropout=0.0):
+    """The written-out attention with the 1/sqrt(Dh) dropped: the exercise."""
+    scores = q @ k.transpose(-2, -1)  # no / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    return torch.nn.functional.dropout(weights, dropout) @ v, weights
+
+
+def train_losses(recipe_path, small_data, run_dir, engine: str, steps: int = 3) -> list[float]:
+    trainer = take_steps(tiny_trainer(recipe_path, small_data, run_dir, f"train.engine={engine}",
+                                      "train.eval_every=0", "train.save_every=0",
+                                      "train.log_every=1"), steps)
+    trainer.metrics.close()
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"]
+
+
+def test_dropping_the_scale_changes_the_textbook_run_and_no_other(recipe_path, small_data,
+                                                                  tmp_path, monkeypatch,
+                                                                  caplog):
+    caplog.set_level(logging.INFO, logger="translate")
+    as_written = {e: train_losses(recipe_path, small_data, tmp_path / e, e)
+                  for e in ("textbook", "plain")}
+    assert as_written["textbook"] == pytest.approx(as_written["plain"], rel=1e-5)
+    assert "the textbook engine (translate/models/ exactly as written)" in caplog.text
+    assert "the plain engine (--engine textbook, or train.engine: textbook, runs " \
+           "translate/models/ exactly as written)" in caplog.text
+    monkeypatch.setattr(attention, "scaled_dot_product_attention", unscaled_attention)
+    edited = {e: train_losses(recipe_path, small_data, tmp_path / f"{e}-edited", e)
+              for e in ("textbook", "plain")}
+    assert edited["plain"] == as_written["plain"]  # the fused kernel never reads the edit
+    # every step's loss moves by far more than rounding (the engines agree to 1e-5 above)
+    assert all(abs(a - b) > 1e-3 for a, b in zip(edited["textbook"], as_written["textbook"]))
+
+
+def test_weights_come_back_only_when_asked():
+    _, textbook = model_pair()
+    layer = textbook.encoder_layers[0].self_attn
+    x = torch.randn(2, 5, 32)
+    assert layer(x)[1] is None
+    assert layer(x, need_weights=True)[1].shape == (2, 4, 5, 5)
+    assert PLAIN.prepare(copy.deepcopy(textbook)) is not None  # plain leaves modules as they are
