@@ -1,5 +1,6 @@
 """The package's import contracts (setup.cfg, [importlinter]): lower layers never import higher
-ones, and the model code imports no tokenizer, SentencePiece or fast engine."""
+ones, the model code imports no tokenizer, SentencePiece or fast engine, and only
+translate.engine imports the fast engine."""
 
 import os
 import shutil
@@ -38,7 +39,7 @@ def add_import(module: Path, statement: str) -> None:
 def test_the_package_keeps_its_import_contracts():
     result = lint(REPO)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 kept, 0 broken" in result.stdout
+    assert "3 kept, 0 broken" in result.stdout
 
 
 @pytest.mark.parametrize("lower, higher", [
@@ -62,3 +63,14 @@ def test_the_model_code_importing_sentencepiece_breaks_the_textbook_contract(pac
     assert result.returncode == 1
     assert "imports no tokenizer, SentencePiece or fast engine BROKEN" in result.stdout
     assert "translate.models.attention -> sentencepiece" in result.stdout
+
+
+@pytest.mark.parametrize("module", ["training/loop.py", "inference.py", "serve/app.py"])
+def test_importing_the_fast_engine_past_translate_engine_breaks_its_contract(package_copy,
+                                                                            module):
+    importer = ".".join(("translate", *Path(module).with_suffix("").parts))
+    add_import(package_copy / "translate" / module, "import translate.fast.linear")
+    result = lint(package_copy)
+    assert result.returncode == 1
+    assert "Only translate.engine imports the fast engine BROKEN" in result.stdout
+    assert f"{importer} -> translate.fast.linear" in result.stdout

@@ -57,6 +57,9 @@ TEXTBOOK = Engine("textbook", write_out_attention, loss.label_smoothed_cross_ent
                   search.top_candidates)
 
 
+quantize_int8 = fast.quantize_int8  # decoding's --precision int8: the fast engine's linears
+
+
 def resolve_engine(name: str, device: torch.device) -> Engine:
     """'auto' -> fast on the CPU (where it was measured faster), plain elsewhere."""
     if name not in ENGINES:

@@ -59,7 +59,7 @@ def decoding_model(model: nn.Module, precision: str, device: torch.device, engin
     """
     precision = resolve_precision(precision, device, decoding=True)
     if precision == "int8":
-        from translate.fast import quantize_int8
+        from translate.engine import quantize_int8
 
         model, precision = quantize_int8(model), "fp32"
     log.info("decoding on %s in %s with the %s", device, precision, engine_note(engine))
