@@ -118,7 +118,8 @@ class TrainConfig:
     # step runs as written for the graphs, unrecorded. One process, accum_steps 1, no fp16
     cuda_graphs: bool = False
     # fast: the engine's CPU speed work (translate.fast); plain: the model's modules with
-    # PyTorch's fused attention; gpu: plain, with validation's searches reading the device every few steps (translate.gpu);
+    # PyTorch's fused attention; gpu: plain, with validation's searches reading the device every
+    # few steps (translate.gpu);
     # textbook: translate/models/ exactly as written, attention included (an edit there shows);
     # auto: fast on the CPU, plain elsewhere
     engine: str = "auto"
