@@ -92,10 +92,7 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, beam: int, max_len: int | tor
     Takes the same arguments and returns the same hypotheses; `candidates` must take a (N,)
     `eos_only` tensor on every step without reading it on the host (`top_candidates` here).
     """
-    if not 1 <= nbest <= beam:
-        raise ValueError(f"nbest must be between 1 and the beam size ({beam}), got {nbest}")
-    if check_every < 1:
-        raise ValueError(f"check_every must be at least 1 step, got {check_every}")
+    _check(beam, nbest, check_every)
     B, K, device = src.size(0), beam, src.device
     limits = _limits(max_len, B, device)  # (B,)
     host_limits = limits.tolist()  # one read, before the loop
@@ -138,12 +135,19 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, beam: int, max_len: int | tor
         ended = done.tolist()  # the loop's one read from the device
         if all(ended):
             break
-        if any(ended):
+        if any(ended):  # the done sentences leave the batch
             keep = torch.tensor([i for i, d in enumerate(ended) if not d], device=device)
             rows = (keep[:, None] * K + torch.arange(K, device=device)).view(-1)  # (live' * K,)
-            tokens, scores, sentence, done = tokens[rows], scores[keep], sentence[keep], done[keep]
-            state = state.select(rows, keep)
+            state, tokens, scores = state.select(rows, keep), tokens[rows], scores[keep]
+            sentence, done = sentence[keep], done[keep]
     return finished.to_host(nbest)
+
+
+def _check(beam: int, nbest: int, check_every: int) -> None:
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest must be between 1 and the beam size ({beam}), got {nbest}")
+    if check_every < 1:
+        raise ValueError(f"check_every must be at least 1 step, got {check_every}")
 
 
 def _finish(finished: Finished, tokens: torch.Tensor, sentence: torch.Tensor, ends: torch.Tensor,

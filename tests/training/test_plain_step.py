@@ -1,0 +1,47 @@
+"""The textbook training step (translate.training.step.plain_step) is the step the Trainer
+takes: the same loss, the same gradient for every parameter, the same weights after it."""
+
+import pytest
+import torch
+
+from conftest import read_jsonl, tiny_trainer
+from translate.training.step import plain_step
+
+
+def gradients_at_each_update(optimizer) -> list[dict[int, torch.Tensor]]:
+    """Every parameter's gradient as `optimizer` is about to use it, one dict per step."""
+    seen = []
+    optimizer.register_step_pre_hook(lambda opt, args, kwargs: seen.append(
+        {id(p): p.grad.clone() for group in opt.param_groups for p in group["params"]}))
+    return seen
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_plain_step_is_the_trainers_step(recipe_path, small_data, tmp_path, precision):
+    overrides = (f"train.precision={precision}", "train.engine=plain", "model.dropout=0.1",
+                 "train.clip_norm=0.5", "train.log_every=1", "train.eval_every=0",
+                 "train.save_every=0")
+    trainer = tiny_trainer(recipe_path, small_data, tmp_path / "trainer", *overrides)
+    order = trainer.epoch_batches()
+    seen = gradients_at_each_update(trainer.optimizer)
+    for _ in range(2):
+        trainer.next_step(order)
+    trainer.settle()
+    trainer.metrics.close()
+    logged = [r["loss"] for r in read_jsonl(trainer.run_dir / "metrics.jsonl")]
+
+    textbook = tiny_trainer(recipe_path, small_data, tmp_path / "textbook", *overrides)
+    mine = gradients_at_each_update(textbook.optimizer)
+    cfg = textbook.cfg
+    losses = [plain_step(textbook.model, textbook.make_batch(order[i]), textbook.optimizer,
+                         textbook.scheduler, cfg.label_smoothing, cfg.clip_norm, precision)
+              for i in range(2)]
+    assert losses == pytest.approx(logged, rel=1e-12)
+    names = {id(p): n for n, p in textbook.model.named_parameters()}
+    ids = {n: id(p) for n, p in trainer.model.named_parameters()}
+    for step, (theirs, ours) in enumerate(zip(seen, mine)):
+        for pid, grad in ours.items():
+            assert torch.equal(grad, theirs[ids[names[pid]]]), (step, names[pid])
+    for (name, weight), other in zip(trainer.model.state_dict().items(),
+                                     textbook.model.state_dict().values()):
+        assert torch.equal(weight, other), name
