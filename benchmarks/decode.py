@@ -304,6 +304,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU)")
+    ap.add_argument("--peers", default="hf,ct2",
+                    help="comma-separated peers to time beside ours: hf, ct2 (default both)")
     ap.add_argument("--check", type=int, default=30, help="sentences for the greedy equality check")
     ap.add_argument("--json", type=Path, default=Path("benchmarks/results/decode.json"))
     ap.add_argument("--no-early-exit", dest="early_exit", action="store_false",
@@ -318,7 +320,10 @@ def main() -> None:
                        early_exit=args.early_exit)
     with tempfile.TemporaryDirectory() as tmp:
         ct2_dir = Path(tmp) / "ct2"
-        families = FAMILIES if isinstance(loaded.model, Transformer) else ("ours",)
+        peers = [p for p in args.peers.split(",") if p]
+        if not set(peers) <= {"hf", "ct2"}:
+            ap.error(f"--peers takes hf and ct2, got {args.peers}")
+        families = ("ours", *peers) if isinstance(loaded.model, Transformer) else ("ours",)
         if len(families) == 1:
             print(f"{loaded.recipe.model.arch}: the peers take Transformers only; measuring ours")
         systems = build_systems(loaded, cfg, args.threads, ct2_dir, families)

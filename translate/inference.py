@@ -62,7 +62,7 @@ def decoding_model(model: nn.Module, precision: str, device: torch.device, engin
         from translate.engine import quantize_int8
 
         model, precision = quantize_int8(model), "fp32"
-    log.info("decoding on %s in %s with the %s", device, precision, engine_note(engine))
+    log.debug("decoding on %s in %s with the %s", device, precision, engine_note(engine))
     return engine.prepare(model), precision
 
 

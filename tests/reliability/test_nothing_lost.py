@@ -170,7 +170,7 @@ def test_two_resumes_of_one_run_the_second_is_refused_the_first_finishes(short_r
     run = shutil.copytree(short_run, tmp_path / "run")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "translate", "train", "--resume", str(run), "--no-progress",
-               *sets("train.max_steps=150")]
+               *sets("train.max_steps=100")]
     seconds = within(starts=60, floor=120)
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=env, cwd=tmp_path)
@@ -184,10 +184,10 @@ def test_two_resumes_of_one_run_the_second_is_refused_the_first_finishes(short_r
     assert f"Error: {run} is in use: process {first.pid} on" in second.stderr
     assert second.stderr.count("Error:") == 1 and "Traceback" not in second.stderr
     assert first.returncode == 0, err
-    assert f"best checkpoint: {run / 'best.pt'} (step " in err and " of 150, dev BLEU" in err
-    assert read_checkpoint(run / "best.pt")["step"] <= 150
+    assert f"best checkpoint: {run / 'best.pt'} (step " in err and " of 100, dev BLEU" in err
+    assert read_checkpoint(run / "best.pt")["step"] <= 100
     steps = [r["step"] for r in train_records(run)]
-    assert steps == list(range(5, 155, 5))  # one writer: no step lost or logged twice
+    assert steps == list(range(5, 105, 5))  # one writer: no step lost or logged twice
 
 
 def test_a_stale_lock_file_does_not_block(short_run, tmp_path):

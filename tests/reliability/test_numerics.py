@@ -8,7 +8,7 @@ import torch
 from click.testing import CliRunner
 
 import translate.training.loop
-from conftest import TINY_OVERRIDES
+from conftest import TINY_OVERRIDES, poison_loss
 from translate.cli import main
 from translate.config import load_recipe
 from translate.engine import resolve_engine
@@ -61,7 +61,7 @@ def test_a_nan_loss_skips_the_batch_without_touching_the_weights(monkeypatch, tr
     assert trainer.train_step(batch) is not None  # one real step: Adam has state now
     before = snapshot(trainer.model)
     adam = trainer.optimizer.state_dict()["state"][0]["exp_avg"].clone()
-    trainer.engine = poisoned_engine({1, 2})(trainer.cfg.engine, trainer.device)
+    poison_loss(trainer, {1, 2})
     with caplog.at_level(logging.WARNING, logger="translate"):
         assert trainer.train_step(batch) is None
     assert "after step 1: inf loss" in caplog.text and "skipped (1 of at most 1)" in caplog.text

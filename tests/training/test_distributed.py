@@ -179,6 +179,7 @@ def sets(*items: str) -> list[str]:
     return [arg for item in (*TINY_OVERRIDES, *items) for arg in ("--set", item)]
 
 
+@pytest.mark.slow  # 30-40 s; test_early_stopping_under_torchrun_... trains under torchrun by default
 def test_translate_train_under_torchrun_validates_saves_and_resumes_exactly(recipe_path,
                                                                            small_data, tmp_path):
     """With dropout on, a run stopped at step 20 and resumed to 30 logs every loss and ends with
