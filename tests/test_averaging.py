@@ -85,6 +85,10 @@ def test_too_few_or_mismatched_checkpoints_get_one_error_line(run_with_steps, tm
     output = fails(str(run_with_steps), "--last", "4")
     assert ("holds 3 step checkpoint(s) (step_10.pt, step_20.pt, step_30.pt), fewer than "
             "--last 4: train with --set train.keep_last=4" in output)
+    short = shutil.copytree(run_with_steps, tmp_path / "short")
+    (short / "step_10.pt").unlink()  # the recipe keeps 3; the run saved 2 of them
+    assert ("fewer than --last 3: the run keeps 3 but saved 2 before it ended: train longer, or "
+            "average fewer (--last 2)") in fails(str(short), "--last", "3")
     usage = CliRunner().invoke(main, ["average", str(run_with_steps), "--last", "1"])
     assert usage.exit_code == 2 and "1 is not in the range x>=2" in usage.output
     run = shutil.copytree(run_with_steps, tmp_path / "run")

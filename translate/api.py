@@ -50,7 +50,7 @@ class Translator:
         where the CPU has AMX, on an AMD CPU with AVX512-BF16 and on a GPU with bf16; else
         fp32), fp32, bf16, fp16 or int8.
         """
-        dev = pick_device(None if device is None else str(device), precision)
+        dev = pick_device(None if device is None else str(device), precision, option="device=")
         return cls(load_checkpoint(path, dev), dev, precision, engine)
 
     @property

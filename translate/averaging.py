@@ -143,9 +143,12 @@ def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | No
     found = step_checkpoints(run_dir)
     if len(found) < last:
         names = ", ".join(p.name for p in found) or "none"
+        keeps = read_checkpoint(found[-1])["recipe"]["train"]["keep_last"] if found else 0
+        hint = (f"train with --set train.keep_last={last} to keep them" if keeps < last else
+                f"the run keeps {keeps} but saved {len(found)} before it ended: train longer, "
+                f"or average fewer (--last {len(found)})")
         raise CheckpointError(f"{run_dir} holds {len(found)} step checkpoint(s) ({names}), fewer "
-                              f"than --last {last}: train with --set train.keep_last={last} to "
-                              f"keep them")
+                              f"than --last {last}: {hint}")
     paths = found[-last:]
     own_id, seen = run_id(run_dir), {}
     first = read_checkpoint(paths[0])

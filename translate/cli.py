@@ -19,6 +19,7 @@ from translate.config import RESUME_KEYS, ConfigError
 from translate.data import DataError
 from translate.training import TrainingError
 from translate.training.distributed import RankFailed, current_rank
+from translate.utils import install_hint
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, TrainingError, ValueError, OSError)
 
@@ -494,7 +495,7 @@ def serve(checkpoint, host, port, device, precision, engine, **limits):
         if (e.name or "").split(".")[0] not in ("starlette", "uvicorn"):
             raise
         _fail(ModuleNotFoundError(f"translate serve needs Starlette and uvicorn: "
-                                  f"pip install 'translate-nmt[serve]' (no module named {e.name!r})"))
+                                  f"{install_hint('serve')}; no module named {e.name!r}"))
     limits = {k: v for k, v in limits.items() if v is not None}  # None: the default
     try:
         run_server(checkpoint, ServeConfig(**limits), host, port, device, precision, engine)

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from translate.utils import install_hint
+
 log = logging.getLogger(__name__)
 
 
@@ -27,8 +29,8 @@ class MetricsLog:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:  # tensorboard is optional: say so once, and go on without it
             if not self.told:
-                log.info("no TensorBoard events (metrics.jsonl only): pip install "
-                         "'translate-nmt[tensorboard]' for them")
+                log.info("no TensorBoard events (metrics.jsonl only): %s for them",
+                         install_hint("tensorboard"))
                 self.told = True
             return None
         return SummaryWriter(str(self.path.parent / "tensorboard"), purge_step=purge_step)

@@ -46,6 +46,17 @@ class ConsoleHandler(logging.Handler):
             self.handleError(record)
 
 
+# each optional extra of setup.cfg and the packages it brings
+EXTRAS = {"serve": "starlette uvicorn httpx", "export": "ctranslate2 transformers",
+          "plots": "matplotlib", "tensorboard": "tensorboard"}
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs an optional extra, wherever translate was installed from (the
+    distribution is installed from a clone; it is not on PyPI)."""
+    return f"pip install {EXTRAS[extra]} (in a clone: pip install -e '.[{extra}]')"
+
+
 def log_to_console(verbose: bool = False) -> None:
     """What the package logs goes to stderr, one plain line a record (debug lines with
     `verbose`); other libraries' warnings keep Python's default."""
@@ -56,9 +67,10 @@ def log_to_console(verbose: bool = False) -> None:
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
-def pick_device(name: str | None = None, precision: str | None = None) -> torch.device:
+def pick_device(name: str | None = None, precision: str | None = None,
+                option: str = "--device ") -> torch.device:
     """CUDA > MPS > CPU unless `name` says otherwise; the CPU for `precision` int8, which runs
-    there only."""
+    there only. Errors name the device as `option` does (`device=` from Python)."""
     if not name and precision == "int8":
         return torch.device("cpu")
     if name:
@@ -67,16 +79,16 @@ def pick_device(name: str | None = None, precision: str | None = None) -> torch.
         except (RuntimeError, TypeError, ValueError):
             device = None
         if device is None or device.type not in ("cpu", "cuda", "mps"):
-            raise ValueError(f"--device {name!r} is not a device: use cpu, cuda, cuda:N or "
+            raise ValueError(f"{option}{name!r} is not a device: use cpu, cuda, cuda:N or "
                              f"mps") from None
         if device.type == "mps" and not torch.backends.mps.is_available():
-            raise ValueError(f"--device {name}: MPS is not available on this machine")
+            raise ValueError(f"{option}{name!r}: MPS is not available on this machine")
         if device.type == "cuda":
             if not torch.cuda.is_available():
-                raise ValueError(f"--device {name}: CUDA is not available on this machine")
+                raise ValueError(f"{option}{name!r}: CUDA is not available on this machine")
             gpus = torch.cuda.device_count()
             if (device.index or 0) >= gpus:
-                raise ValueError(f"--device {name}: this machine has {gpus} CUDA device(s), "
+                raise ValueError(f"{option}{name!r}: this machine has {gpus} CUDA device(s), "
                                  f"cuda:0 to cuda:{gpus - 1}")
             no_cudnn_attention()
         return device
@@ -214,7 +226,7 @@ def resolve_precision(precision: str, device: torch.device, decoding: bool = Fal
         raise ValueError("precision fp16 needs a CUDA device; use bf16 or fp32")
     if precision == "int8" and device.type != "cpu":
         raise ValueError("precision int8 (dynamic quantization) runs on the CPU only; add "
-                         "--device cpu, or use fp16/bf16")
+                         "--device cpu (device='cpu' in Python), or use fp16/bf16")
     if precision not in ("fp32", "bf16", "fp16", "int8"):
         raise ValueError(f"precision '{precision}' is unknown; valid: auto, fp32, bf16, fp16, "
                          f"int8 (decoding on the CPU)")

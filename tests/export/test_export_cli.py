@@ -83,4 +83,5 @@ def test_a_missing_peer_package_is_named(trained_run, tmp_path, monkeypatch):
                         lambda name, *a: None if name == "ctranslate2" else real(name, *a))
     output = one_error(run(str(trained_run.best_checkpoint), "--format", "ctranslate2", "-o",
                            str(tmp_path / "ct2")))
-    assert "needs the ctranslate2 package: pip install 'translate-nmt[export]'" in output
+    assert ("needs the ctranslate2 package: pip install ctranslate2 transformers (in a clone: "
+            "pip install -e '.[export]')") in output

@@ -48,3 +48,13 @@ def test_a_missing_model_and_a_text_that_is_not_one_are_refused(translator, tmp_
     with pytest.raises(TypeError, match="text is int, not str"):
         translator.attention(5)
     assert translator.translate([]) == []
+
+
+@pytest.mark.parametrize("device, says", [
+    ("gpu", "device='gpu' is not a device: use cpu, cuda, cuda:N or mps"),
+    ("cuda:7", "device='cuda:7': "),
+])
+def test_a_bad_device_is_refused_in_the_apis_words(trained_run, device, says):
+    with pytest.raises(ValueError) as refused:
+        Translator.load(trained_run.run_dir, device=device)
+    assert says in str(refused.value) and "--device" not in str(refused.value)

@@ -59,4 +59,4 @@ def test_without_the_serve_extra_one_line_says_how_to_install_it(monkeypatch):
     result = CliRunner().invoke(main, ["serve", "runs/any"])
     assert result.exit_code == 1
     assert result.output.startswith("Error: translate serve needs Starlette and uvicorn: "
-                                    "pip install 'translate-nmt[serve]'")
+                                    "pip install starlette uvicorn httpx (in a clone: pip install -e '.[serve]')")

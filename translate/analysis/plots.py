@@ -11,6 +11,8 @@ from typing import Sequence
 
 import numpy as np
 
+from translate.utils import install_hint
+
 
 class MetricsError(ValueError):
     """A missing or unreadable metrics log; the message names the file."""
@@ -97,7 +99,7 @@ def pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise ValueError("figures need matplotlib: pip install 'translate-nmt[plots]'") from None
+        raise ValueError(f"figures need matplotlib: {install_hint('plots')}") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

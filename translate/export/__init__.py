@@ -25,6 +25,7 @@ from torch import nn
 from translate.checkpoint import load_checkpoint
 from translate.model_folder import DTYPES, is_model_folder, write_model_folder
 from translate.models.transformer import Transformer
+from translate.utils import install_hint
 
 FORMATS = ("inference", "ctranslate2", "hf")
 NEEDS = {"ctranslate2": "ctranslate2", "hf": "transformers"}  # format -> package
@@ -116,7 +117,7 @@ def _check_options(fmt: str, out: Path, dtype: str | None, quantization: str | N
                           f"ctranslate2; the other formats take --dtype")
     if fmt in NEEDS and importlib.util.find_spec(NEEDS[fmt]) is None:
         raise ExportError(f"--format {fmt} needs the {NEEDS[fmt]} package: "
-                          f"pip install 'translate-nmt[export]'")
+                          f"{install_hint('export')}")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out} exists and is not an empty folder; choose a new output folder")
 

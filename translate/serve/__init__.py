@@ -2,7 +2,7 @@
 
 app.py holds the routes and their checks, batching.py the batcher that decodes requests from
 many clients together, server.py the command's loading and listening, page/ the web page.
-Needs the `serve` extra: pip install "translate-nmt[serve]".
+Needs the `serve` extra: `pip install -e ".[serve]"` in a clone (Starlette, uvicorn, httpx).
 """
 
 from translate.serve.app import ServeConfig, build_app
