@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up, train the Multi30k Transformer for a short budget, translate the test set, print BLEU.
+# Set up, train the Multi30k Transformer for a short budget, translate the test set, print BLEU,
+# then a few test translations beside their references and the commands to try next.
 #   bash scripts/quickstart.sh                 # 10 minutes of training (MINUTES=60 for the full recipe)
 # Data: $TRANSLATE_DATA if set, else the local copy at ../shared/data/multi30k if it exists,
 # else the Hugging Face hub (bentrevett/multi30k). SKIP_SETUP=1 uses the .venv as it is (the
@@ -13,6 +14,9 @@ if [ -z "${TRANSLATE_DATA:-}" ] && [ -d ../shared/data/multi30k ]; then
   export TRANSLATE_DATA=../shared/data/multi30k
 fi
 MINUTES=${MINUTES:-10}
-exec .venv/bin/translate train recipes/multi30k/transformer.yaml \
+run="runs/quickstart-$(date +%Y%m%d-%H%M%S)"
+.venv/bin/python scripts/quickstart.py expect "$MINUTES"
+.venv/bin/translate train recipes/multi30k/transformer.yaml \
   --set "train.max_minutes=$MINUTES" --set "train.eval_every_minutes=$(python3 -c "print(max(1, $MINUTES / 5))")" \
-  --run-dir "runs/quickstart-$(date +%Y%m%d-%H%M%S)" "$@"
+  --run-dir "$run" "$@"
+.venv/bin/python scripts/quickstart.py show "$run"
