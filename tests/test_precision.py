@@ -48,3 +48,20 @@ def test_cpu_flags_reads_this_machine():
     assert utils.cpu_has_amx() == ("amx_bf16" in flags)
     assert utils.cpu_has_bf16() == bool({"amx_bf16", "avx512_bf16"} & flags)
     assert isinstance(utils.cpu_vendor(), str)
+
+
+def test_a_run_whose_test_decode_takes_another_precision_says_so(monkeypatch, recipe_path,
+                                                                  small_data, tmp_path, caplog):
+    """On an AMD CPU with AVX512-BF16, `auto` trains in fp32 and decodes in bf16: the log says
+    so where the test decode starts, and how to decode as trained."""
+    import logging
+
+    from conftest import TINY_OVERRIDES, train_tiny
+
+    monkeypatch.setattr(utils, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    monkeypatch.setattr(utils, "cpu_vendor", lambda: AMD)
+    with caplog.at_level(logging.INFO, logger="translate"):
+        train_tiny(recipe_path, [*TINY_OVERRIDES, "train.precision=auto", "train.eval_every=0"],
+                   small_data, 3, tmp_path / "run")
+    assert ("test decode in bf16, training ran in fp32: precision auto picks each on its own "
+            "(here bf16 decodes faster); --precision fp32 decodes as trained") in caplog.text

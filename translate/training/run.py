@@ -137,6 +137,10 @@ def test_scores(best: Loaded, trainer: Trainer, progress: bool) -> dict:
     recipe, run_dir = trainer.recipe, trainer.run_dir
     model, precision = decoding_model(best.model, recipe.train.precision, trainer.device,
                                       trainer.engine)
+    if precision != trainer.precision and recipe.data.test_splits:
+        log.info("test decode in %s, training ran in %s: precision %s picks each on its own "
+                 "(here %s decodes faster); --precision %s decodes as trained", precision,
+                 trainer.precision, recipe.train.precision, precision, trainer.precision)
     results = {}
     for split in recipe.data.test_splits:
         src, ref = load_split(recipe.data, split)
