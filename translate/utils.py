@@ -59,12 +59,16 @@ def install_hint(extra: str) -> str:
 
 def log_to_console(verbose: bool = False) -> None:
     """What the package logs goes to stderr, one plain line a record (debug lines with
-    `verbose`); other libraries' warnings keep Python's default."""
+    `verbose`); other libraries' warnings keep Python's default. Under torchrun the ranks after
+    the first log warnings and errors only: rank 0 reports what all of them do."""
     logger = logging.getLogger("translate")
     for handler in [h for h in logger.handlers if isinstance(h, ConsoleHandler)]:
         logger.removeHandler(handler)
     logger.addHandler(ConsoleHandler())
-    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    if os.environ.get("RANK", "0") not in ("", "0"):
+        logger.setLevel(logging.WARNING)
+    else:
+        logger.setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
 def pick_device(name: str | None = None, precision: str | None = None,

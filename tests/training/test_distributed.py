@@ -231,6 +231,7 @@ def test_early_stopping_under_torchrun_stops_every_rank_at_once(recipe_path, sma
                    *sets("train.lr=1e-9", "train.eval_every=5", "train.patience=1",
                          "train.max_steps=1000", "data.test_splits=[]"))
     assert "(step 5 of 10, " in out  # best at step 5, none better at 10: patience 1 is spent
+    assert out.count("train pairs: ") == 1  # rank 1 logs warnings and errors only
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["kind"] == "valid"] == [5, 10]
 
