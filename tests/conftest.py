@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_runtest_makereport(item, call):
+    """Ctrl-C stops the suite. A test training in this process holds SIGINT (training saves a
+    checkpoint, then raises Interrupted), so pytest would see a failed test and go on: a test
+    that ends in a SIGINT's Interrupted stops the session instead."""
+    from translate.training.loop import Interrupted
+
+    if call.excinfo is not None and call.excinfo.errisinstance(Interrupted) and \
+            call.excinfo.value.signum == signal.SIGINT:
+        item.session.shouldstop = "interrupted (Ctrl-C) while a test was training"
 
 
 @pytest.fixture(autouse=True)
