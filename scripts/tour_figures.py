@@ -37,8 +37,7 @@ def draw(ax, matrix: np.ndarray, x: list[str], y: list[str], title: str,
          hidden: np.ndarray | None = None, vmin: float = 0.0, vmax: float = 1.0, cmap="viridis"):
     """One attention matrix: queries down, keys across, hidden cells grey."""
     plt = pyplot()
-    colours = plt.get_cmap(cmap).copy()
-    colours.set_bad("#d0d0d0")
+    colours = plt.get_cmap(cmap).with_extremes(bad="#d0d0d0")
     shown = np.ma.masked_array(matrix, mask=hidden if hidden is not None else False)
     image = ax.imshow(shown, cmap=colours, vmin=vmin, vmax=vmax, interpolation="nearest")
     ax.set_xticks(range(len(x)), x, rotation=90, fontsize=6)

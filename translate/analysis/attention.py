@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -121,8 +122,9 @@ def heatmap(maps: AttentionMaps, module: str, head: int | None = None, prefix: s
         title += f", layer {layer + 1}"
     if w.size(0) > 1:
         title += ", heads averaged" if head is None else f", head {head + 1}"
-    matrix = w.mean(0) if head is None else w[head]  # (T_query, T_key)
-    return Heatmap(prefix + title, matrix.numpy(), *axes)
+    matrix = (w.mean(0) if head is None else w[head]).numpy()  # (T_query, T_key)
+    hidden = np.triu(np.ones(matrix.shape, dtype=bool), k=1) if role == DECODER_SELF else None
+    return Heatmap(prefix + title, matrix, *axes, hidden=hidden)
 
 
 def attention_figure(maps: AttentionMaps, output: str | Path, title: str) -> Path:

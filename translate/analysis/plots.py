@@ -7,7 +7,7 @@ import json
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -173,34 +173,47 @@ class Heatmap:
     y_labels: list[str]  # the queries' pieces
     x_name: str = "source"
     y_name: str = "target"
+    hidden: Optional[np.ndarray] = None  # (rows, columns) True where a mask hides the cell
 
 
-def plot_heatmaps(rows: list[list[Heatmap]], output: str | Path, title: str,
-                  max_columns: int = 3) -> Path:
-    """A grid of attention heatmaps with token tick labels, one colorbar each.
+def heatmap_grid(rows: list[list[Heatmap]], title: str, max_columns: int = 3):
+    """A figure of attention heatmaps with token tick labels on one colour scale, 0 to 1 (a
+    weight is a probability), with one colorbar; cells a mask hides are grey, not dark: they
+    hold no weight at all, which a weight of zero would not say.
 
-    Each inner list is one row of the grid (wrapped after `max_columns`); the cells are sized by
-    the largest matrix so every label stays readable.
+    Each inner list is one row of the grid (wrapped after `max_columns`); the panels are sized
+    by the largest matrix so every label stays readable at 7 pt.
     """
     plt = pyplot()
     rows = [row[i: i + max_columns] for row in rows for i in range(0, len(row), max_columns)]
     n_rows, n_cols = len(rows), max(len(row) for row in rows)
     longest = max(max(len(h.x_labels), len(h.y_labels)) for row in rows for h in row)
-    cell = 1.6 + 0.17 * longest  # inches per panel side: about 0.17 per token at 8 pt
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(cell * n_cols + 0.5, cell * n_rows + 0.8),
-                             dpi=110, squeeze=False, layout="constrained")
+    cell = 1.2 + 0.12 * longest  # inches per panel side: about 0.12 per token at 7 pt
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(cell * n_cols + 1.0, cell * n_rows + 0.6),
+                             dpi=100, squeeze=False, layout="constrained")
+    colours = plt.get_cmap("viridis").with_extremes(bad="#d0d0d0")
+    image = None
     for ax_row, row in zip(axes, rows):
         for ax, heatmap in zip(ax_row, row + [None] * (n_cols - len(row))):
             if heatmap is None:
                 ax.axis("off")
                 continue
-            image = ax.imshow(heatmap.weights, cmap="viridis", vmin=0.0, aspect="auto",
+            shown = np.ma.masked_array(heatmap.weights, mask=heatmap.hidden
+                                       if heatmap.hidden is not None else False)
+            image = ax.imshow(shown, cmap=colours, vmin=0.0, vmax=1.0, aspect="auto",
                               interpolation="nearest")
-            ax.set_xticks(range(len(heatmap.x_labels)), heatmap.x_labels, rotation=90, fontsize=8)
-            ax.set_yticks(range(len(heatmap.y_labels)), heatmap.y_labels, fontsize=8)
-            ax.set_xlabel(heatmap.x_name, fontsize=9)
-            ax.set_ylabel(heatmap.y_name, fontsize=9)
-            ax.set_title(heatmap.title, fontsize=9)
-            fig.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
-    fig.suptitle("\n".join(textwrap.wrap(title, int(9 * cell * n_cols))), fontsize=11)
-    return save_figure(fig, output)
+            ax.set_xticks(range(len(heatmap.x_labels)), heatmap.x_labels, rotation=90, fontsize=7)
+            ax.set_yticks(range(len(heatmap.y_labels)), heatmap.y_labels, fontsize=7)
+            ax.set_xlabel(heatmap.x_name, fontsize=8)
+            ax.set_ylabel(heatmap.y_name, fontsize=8)
+            ax.set_title(heatmap.title, fontsize=8)
+    fig.colorbar(image, ax=axes, shrink=min(0.8, 3 / n_rows + 0.2),
+                 label="attention weight (grey: masked)")
+    fig.suptitle("\n".join(textwrap.wrap(title, int(11 * cell * n_cols))), fontsize=10)
+    return fig
+
+
+def plot_heatmaps(rows: list[list[Heatmap]], output: str | Path, title: str,
+                  max_columns: int = 3) -> Path:
+    """`heatmap_grid`, written to `output`."""
+    return save_figure(heatmap_grid(rows, title, max_columns), output)
