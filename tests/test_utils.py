@@ -37,7 +37,7 @@ def test_the_cpu_leaves_attention_backends_alone(cudnn_attention_restored):
 
 
 def test_a_gpu_the_machine_lacks_is_refused_by_number(one_gpu, cudnn_attention_restored):
-    with pytest.raises(ValueError, match=r"--device cuda:3: this machine has 1 CUDA device\(s\), "
+    with pytest.raises(ValueError, match=r"--device 'cuda:3': this machine has 1 CUDA device\(s\), "
                                          r"cuda:0 to cuda:0"):
         pick_device("cuda:3")
 

@@ -236,6 +236,7 @@ def test_early_stopping_under_torchrun_stops_every_rank_at_once(recipe_path, sma
     assert [r["step"] for r in records if r["kind"] == "valid"] == [5, 10]
 
 
+@pytest.mark.slow  # ~11 s: two torchrun agents; the one-node torchrun tests run by default
 def test_two_nodes_meet_through_torchrun_rendezvous(recipe_path, small_data, tmp_path):
     """Multi-node as torchrun does it: one agent per node, meeting at a c10d rendezvous (here two
     agents on this machine, one process each). Rank 0's node writes; both finish together."""
