@@ -20,9 +20,16 @@ if [ -z "$index" ]; then
   "$python" -m pip install --quiet "$spec"
   exit 0
 fi
-echo "installing $spec from $index"
-if ! "$python" -m pip install --quiet --timeout 30 --retries 1 --index-url "$index" "$spec"; then
-  echo "$index cannot be reached: installing $spec from the default index instead" \
-       "(on Linux its wheel brings CUDA libraries, several GB)"
-  "$python" -m pip install --quiet "$spec"
+reachable() {  # the index answers within 15 s
+  "$python" - "$1" 2>/dev/null <<'PY'
+import sys, urllib.request
+urllib.request.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=15)
+PY
+}
+if reachable "$index"; then
+  echo "installing $spec from $index"
+  "$python" -m pip install --quiet --index-url "$index" "$spec" && exit 0
 fi
+echo "$index cannot be reached (or lacks $spec): installing $spec from the default index" \
+     "instead (on Linux its wheel brings CUDA libraries, several GB)"
+"$python" -m pip install --quiet "$spec"
