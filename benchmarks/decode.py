@@ -324,7 +324,7 @@ def main() -> None:
         if not set(peers) <= {"hf", "ct2"}:
             ap.error(f"--peers takes hf and ct2, got {args.peers}")
         families = ("ours", *peers) if isinstance(loaded.model, Transformer) else ("ours",)
-        if len(families) == 1:
+        if not isinstance(loaded.model, Transformer):
             print(f"{loaded.recipe.model.arch}: the peers take Transformers only; measuring ours")
         systems = build_systems(loaded, cfg, args.threads, ct2_dir, families)
         checks = check_peers(loaded.model, loaded.tokenizer, systems, src, ref,

@@ -74,7 +74,7 @@ has() { [[ ",$parts," == *",$1,"* ]]; }
 
 if [ $dry = 1 ]; then  # the CPU, tiny sizes: every command and path, none of the figures
   device=cpu shape=tiny m30k_shape=tiny tokens=600 big_tokens=600 rounds=1 steps=2 multiple=8
-  chunk=100 decoding=(--limit 12 --rounds 1 --check 2 --peers hf)
+  chunk=100 decoding=(--limit 12 --rounds 1 --check 2 --peers "")
   quality=(--set model.d_model=64 --set model.heads=4 --set model.ffn_dim=128
            --set model.encoder_layers=1 --set model.decoder_layers=1
            --set tokenizer.vocab_size=500 --set train.max_tokens=1000 --set train.max_steps=20

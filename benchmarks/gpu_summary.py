@@ -81,7 +81,8 @@ def decode_figures(out: Path, summary: dict, missing: dict) -> None:
         return
     against = result.get("beam5_vs_hf")
     if against is None:
-        missing["decode_beam5_vs_hf"] = "transformers not installed: no HF generate peer"
+        missing["decode_beam5_vs_hf"] = ("no HF generate peer timed (transformers not "
+                                         "installed, or decode.py --peers without hf)")
         return
     summary["decode_beam5_vs_hf"] = against["ratio"]
     summary["decode_beam5"] = against  # which systems, and the BLEU of each

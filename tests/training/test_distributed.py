@@ -110,7 +110,7 @@ def test_two_processes_update_as_one_with_accumulation(runs):
     assert_same_updates(*runs)
 
 
-@pytest.mark.parametrize("how", ["skip", "mean"])
+@pytest.mark.parametrize("how", [pytest.param("skip", marks=pytest.mark.slow), "mean"])
 def test_a_broken_gradient_sum_fails_the_comparison(how, runs, recipe_path, small_data,
                                                     tmp_path):
     """No sum at all (each rank steps on its own batch), or an average where the loss is
@@ -121,6 +121,7 @@ def test_a_broken_gradient_sum_fails_the_comparison(how, runs, recipe_path, smal
         assert_same_updates(alone, broken)
 
 
+@pytest.mark.slow  # ~11 s; sampling is tested in one process by default
 def test_with_subword_sampling_too(runs, recipe_path, small_data, tmp_path):
     """Each rank draws its own batches' segmentations; the step's target tokens are summed over
     the ranks, so every rank takes the same step."""

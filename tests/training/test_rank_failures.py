@@ -131,6 +131,7 @@ def test_an_error_on_one_rank_mid_training_ends_the_run(recipe_path, small_data,
     assert any(line.startswith("Error: lost contact") for line in error_lines(out)), out
 
 
+@pytest.mark.slow  # ~14 s; the other rank failures run by default
 def test_a_rank_that_stops_answering_times_out(recipe_path, small_data, tmp_path):
     """Its process lives on, so torchrun sees nothing wrong: the collective's timeout ends the
     run (TRANSLATE_DIST_TIMEOUT)."""
