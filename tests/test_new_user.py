@@ -125,3 +125,29 @@ def test_offline_hub_fails_fast_in_one_line_without_a_run_folder(recipe_path, tm
     assert not (tmp_path / "run").exists()
     # the import of torch and datasets, not half a minute of retries
     assert seconds < within(starts=15, floor=60)
+
+
+def test_a_data_path_through_a_symlink_is_kept_as_written(small_data, tmp_path, monkeypatch):
+    """Data reached through a symlinked folder (../shared -> somewhere else) is saved relative
+    to the run as written, not as a chain of ../ to where the link points; a run folder behind
+    a symlink, where a written ../ would lead elsewhere, gets the real path instead."""
+    from translate.config import data_from, data_relative_to
+
+    project = tmp_path / "work/project"
+    project.mkdir(parents=True)
+    (tmp_path / "work/shared").symlink_to(small_data.parent, target_is_directory=True)
+    monkeypatch.chdir(project)
+    recipe = load_recipe(REPO / "recipes/multi30k/transformer.yaml",
+                         [f"data.dataset=../shared/{small_data.name}"])
+    saved = data_relative_to(recipe, Path("runs/a"))
+    assert saved.data.dataset == f"../../../shared/{small_data.name}"
+    Path("runs/a").mkdir(parents=True)
+    assert data_from(saved, Path("runs/a")).data.dataset == f"../shared/{small_data.name}"
+    elsewhere = tmp_path / "elsewhere/deep/runs"
+    elsewhere.mkdir(parents=True)
+    (project / "linked").symlink_to(elsewhere, target_is_directory=True)
+    behind = data_relative_to(recipe, Path("linked/b"))  # linked/b/../.. is not the project
+    (project / "linked/b").mkdir()
+    assert (Path("linked/b") / behind.data.dataset).resolve() == small_data.resolve()
+    assert Path(data_from(behind, Path("linked/b")).data.dataset).resolve() == \
+        small_data.resolve()

@@ -492,8 +492,19 @@ def data_relative_to(recipe: Recipe, folder: Path) -> Recipe:
     dataset = recipe.data.dataset
     if not (_relative_path(dataset) and Path(dataset).exists()):
         return recipe
-    moved = os.path.relpath(Path(dataset).resolve(), Path(folder).resolve())
+    moved = _readable(os.path.relpath(os.path.abspath(dataset), os.path.abspath(folder)),
+                      Path(folder), Path(dataset))
     return dataclasses.replace(recipe, data=dataclasses.replace(recipe.data, dataset=moved))
+
+
+def _readable(lexical: str, start: Path, target: Path) -> str:
+    """`lexical`, the path from `start` to `target` as written (through any symlinks, so
+    ../../shared/data stays that), when the file system takes it there too; else the path
+    between their real locations (a `..` after a symlinked folder goes elsewhere)."""
+    if os.path.realpath(os.path.join(os.path.abspath(start), lexical)) == \
+            os.path.realpath(target):
+        return lexical
+    return os.path.relpath(target.resolve(), start.resolve())
 
 
 def data_from(recipe: Recipe, folder: Path) -> Recipe:
@@ -509,4 +520,6 @@ def _dataset_from(dataset: Any, folder: Path) -> Any:
     if not _relative_path(dataset):
         return dataset
     there = Path(folder) / dataset
-    return os.path.relpath(there.resolve()) if there.exists() else dataset
+    if not there.exists():
+        return dataset
+    return _readable(os.path.relpath(os.path.abspath(there)), Path("."), there)
