@@ -53,10 +53,12 @@ def trainer(name: str, rev: str, data: str, precision: str, run_dir: Path, recip
     training = importlib.import_module(f"{name}.training")
     recipe = config.load_recipe(recipe_file, [f"data.dataset={data}",
                                               f"train.precision={precision}"])
-    if "data" in inspect.signature(training.Trainer).parameters:  # prepared data passed in
+    if hasattr(training, "build_trainer") or "data" in inspect.signature(
+            training.Trainer).parameters:  # prepared data passed in
+        build = getattr(training, "build_trainer", training.Trainer)
         metrics = importlib.import_module(f"{name}.metrics").MetricsLog(run_dir / "metrics.jsonl")
         prepared = training.prepare_data(recipe, run_dir)
-        return training.Trainer(recipe, run_dir, prepared, metrics, device=device, progress=False)
+        return build(recipe, run_dir, prepared, metrics, device=device, progress=False)
     return training.Trainer(recipe, run_dir, device=device, progress=False)
 
 
@@ -71,11 +73,14 @@ def same_weights(a, b, b_name: str) -> None:
 
 def step_loss(trainer, batch) -> float:
     """One training step on `batch`; its loss per target token."""
-    result = trainer.train_step([batch])
-    if isinstance(result, tuple):  # revisions whose step returned (loss, tokens)
-        return result[0]
+    if hasattr(trainer, "updater"):  # revisions whose Trainer takes steps through an Updater
+        trainer.updater.step([batch], batch.num_tgt_tokens, trainer.state)
+    else:
+        result = trainer.train_step([batch])
+        if isinstance(result, tuple):  # revisions whose step returned (loss, tokens)
+            return result[0]
     trainer.settle()  # the step's figures, read from the device into the log window
-    return trainer.window.losses.pop()
+    return getattr(trainer, "state", trainer).window.losses.pop()
 
 
 def ab_rounds(trainers: dict, batches: list, rounds: int) -> dict:
@@ -137,12 +142,15 @@ def main() -> None:
         same_weights(trainers["A"], trainers["B"], names["B"])
         torch.set_num_threads(args.threads)  # a recipe's train.threads may have changed it
         a = trainers["A"]
-        order = a.epoch_batches()[: args.steps]
-        batches = [batching.collate([a.train_pairs.src[i] for i in idx],
-                                    [a.train_pairs.tgt[i] for i in idx]) for idx in order]
+        if hasattr(a, "batcher"):  # revisions whose Trainer batches through a TrainBatcher
+            order, pairs = a.batcher.epoch(a.state.epoch)[: args.steps], a.batcher.pairs
+        else:
+            order, pairs = a.epoch_batches()[: args.steps], a.train_pairs
+        batches = [batching.collate([pairs.src[i] for i in idx],
+                                    [pairs.tgt[i] for i in idx]) for idx in order]
         for label in ("A", "B"):  # warm-up: every batch's shapes seen once (oneDNN's kernels)
             for batch in batches:
-                trainers[label].train_step([batch])
+                step_loss(trainers[label], batch)
         row = ab_rounds(trainers, batches, args.rounds)
         row["precision"] = a.precision
         report["results"][precision] = row

@@ -118,13 +118,12 @@ def train_tiny(recipe: Path, overrides: list[str], data: Path, steps: int, run_d
 
 
 def ready_to_step(trainer):
-    """`trainer` set up for `next_step` calls outside `run()`: epoch 1, no progress bar, no
-    monitored splits."""
+    """`trainer` set up for `next_step` calls outside `run()`: epoch 1, no progress bar."""
     import time
 
     from translate.training.progress import TrainingBar
 
-    trainer.epoch, trainer.monitor = 1, {}
+    trainer.state.epoch = 1
     trainer.bar = TrainingBar(trainer.cfg, enabled=False)
     trainer.start = trainer.last_eval = time.perf_counter()
     return trainer
@@ -135,18 +134,24 @@ def tiny_trainer(recipe: Path, data: Path, run_dir: Path, *overrides: str):
     logging to its metrics.jsonl, ready for `take_steps`."""
     from translate.config import load_recipe
     from translate.metrics import MetricsLog
-    from translate.training import Trainer, prepare_data
+    from translate.training import build_trainer, prepare_data
 
     cfg = load_recipe(recipe, [*TINY_OVERRIDES, f"data.dataset={data}", *overrides])
     run_dir.mkdir()
-    return ready_to_step(Trainer(cfg, run_dir, prepare_data(cfg, run_dir),
-                                 MetricsLog(run_dir / "metrics.jsonl"), device="cpu",
-                                 progress=False))
+    return ready_to_step(build_trainer(cfg, run_dir, prepare_data(cfg, run_dir),
+                                       MetricsLog(run_dir / "metrics.jsonl"), device="cpu",
+                                       progress=False))
+
+
+def step(trainer, batches, tokens=None):
+    """One optimizer step of `trainer` on `batches` (target tokens: theirs unless given)."""
+    tokens = tokens if tokens is not None else sum(b.num_tgt_tokens for b in batches)
+    return trainer.updater.step(batches, tokens, trainer.state)
 
 
 def take_steps(trainer, steps: int):
     """`steps` optimizer steps of the first epoch's batches, their figures read."""
-    order = trainer.epoch_batches()
+    order = trainer.batcher.epoch(trainer.state.epoch)
     for _ in range(steps):
         trainer.next_step(order)
     trainer.settle()
@@ -155,14 +160,14 @@ def take_steps(trainer, steps: int):
 
 def poison_loss(trainer, bad_calls: set[int]) -> None:
     """Make `trainer`'s loss infinite on its engine's calls numbered in `bad_calls` (1-based)."""
-    real, calls = trainer.batch_loss.loss, []
+    real, calls = trainer.updater.batch_loss.loss, []
 
     def loss(*args):
         calls.append(1)
         value, nll = real(*args)
         return (value * float("inf"), nll) if len(calls) in bad_calls else (value, nll)
 
-    trainer.batch_loss.loss = loss  # the step's BatchLoss, shared with its CUDA graphs
+    trainer.updater.batch_loss.loss = loss  # the step's BatchLoss, shared with its CUDA graphs
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from conftest import TINY_OVERRIDES, poison_loss, ready_to_step
+from conftest import TINY_OVERRIDES, poison_loss, ready_to_step, step
 from translate.batching import collate, encode_pairs
 from translate.config import load_recipe
 from translate.data import load_split
@@ -21,14 +21,14 @@ LOG_EVERY = 4
 
 def cuda_trainer(recipe_path, data, run_dir, *overrides):
     """The tiny Transformer's Trainer on CUDA, logging every LOG_EVERY steps, ready to step."""
-    from translate.training import Trainer, prepare_data
+    from translate.training import build_trainer, prepare_data
 
     cfg = load_recipe(recipe_path, [*TINY_OVERRIDES, f"data.dataset={data}",
                                     f"train.log_every={LOG_EVERY}", "train.eval_every=0",
                                     "train.save_every=0", *overrides])
     metrics = MetricsLog(run_dir / "metrics.jsonl")
-    return ready_to_step(Trainer(cfg, run_dir, prepare_data(cfg, run_dir), metrics,
-                                 device="cuda", progress=False))
+    return ready_to_step(build_trainer(cfg, run_dir, prepare_data(cfg, run_dir), metrics,
+                                       device="cuda", progress=False))
 
 
 @contextmanager
@@ -50,11 +50,11 @@ def train_records(run_dir) -> list[dict]:
 def test_steps_between_log_steps_never_wait_for_the_gpu(recipe_path, small_data, tmp_path,
                                                          precision):
     trainer = cuda_trainer(recipe_path, small_data, tmp_path, f"train.precision={precision}")
-    assert trainer.defer_checks and trainer.ema is not None and trainer.cfg.clip_norm > 0
-    order = trainer.epoch_batches()
+    assert trainer.updater.defer_checks and trainer.ema is not None and trainer.cfg.clip_norm > 0
+    order = trainer.batcher.epoch(trainer.state.epoch)
     trainer.next_step(order)  # the first step sets up Adam's state (and the fp16 scale)
-    while trainer.step < 3 * LOG_EVERY:
-        with no_host_sync(enabled=(trainer.step + 1) % LOG_EVERY != 0):  # log steps read
+    while trainer.state.step < 3 * LOG_EVERY:
+        with no_host_sync(enabled=(trainer.state.step + 1) % LOG_EVERY != 0):  # log steps read
             trainer.next_step(order)
     trainer.metrics.close()
     records = train_records(tmp_path)
@@ -65,19 +65,19 @@ def test_steps_between_log_steps_never_wait_for_the_gpu(recipe_path, small_data,
 def test_a_nan_loss_on_cuda_is_skipped_on_the_device_and_counted_at_the_log(
         recipe_path, small_data, tmp_path):
     trainer = cuda_trainer(recipe_path, small_data, tmp_path, "train.precision=bf16")
-    order = trainer.epoch_batches()
+    order = trainer.batcher.epoch(trainer.state.epoch)
     trainer.next_step(order)
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     poison_loss(trainer, {1})
     with no_host_sync():
         trainer.next_step(order)  # step 2: infinite loss
     assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
-    assert trainer.step == 2 and trainer.bad_losses == 0  # counted, not yet read
+    assert trainer.state.step == 2 and trainer.state.bad_losses == 0  # counted, not yet read
     with no_host_sync():
         trainer.next_step(order)
     trainer.next_step(order)  # step 4 logs: steps 1, 3 and 4 averaged, step 2 counted as bad
     trainer.metrics.close()
-    assert trainer.bad_losses == 1
+    assert trainer.state.bad_losses == 1
     (record,) = train_records(tmp_path)
     assert record["step"] == 4 and math.isfinite(record["loss"])
 
@@ -114,7 +114,7 @@ def test_attention_on_cuda_never_takes_cudnn(recipe_path, small_data, tmp_path):
     torch.backends.cuda.enable_cudnn_sdp(True)
     trainer = cuda_trainer(recipe_path, small_data, tmp_path, "train.precision=bf16")
     assert not torch.backends.cuda.cudnn_sdp_enabled()
-    order = trainer.epoch_batches()
+    order = trainer.batcher.epoch(trainer.state.epoch)
     with torch.profiler.profile() as prof:
         for _ in range(3):
             trainer.next_step(order)
@@ -135,18 +135,18 @@ def test_the_recorded_step_makes_the_eager_update_and_never_waits(recipe_path, s
         trainer = cuda_trainer(recipe_path, small_data, run_dir, "train.precision=bf16",
                                "train.engine=plain", "train.length_multiple=8",
                                f"train.cuda_graphs={str(graphs).lower()}")
-        order = trainer.epoch_batches()
-        batches = [trainer.make_batch(order[i]) for i in range(4)]
+        order = trainer.batcher.epoch(trainer.state.epoch)
+        batches = [trainer.batcher.batch(order[i]) for i in range(4)]
         for rounds in range(3):  # the first round records; the others replay
             for batch in batches:
                 with no_host_sync(enabled=rounds > 0):
-                    trainer.train_step([batch])
+                    step(trainer, [batch])
         runs[graphs] = trainer
     eager, recorded = runs[False], runs[True]
     shapes = {(b.src.shape, b.tgt_in.shape) for b in batches}
-    assert recorded.graphs.records and len(recorded.graphs.slots) == len(shapes)
-    assert all(slots.graph is not None for slots in recorded.graphs.slots.values())
-    losses = [torch.stack([f.sums for f in t.pending]).cpu() for t in (eager, recorded)]
+    assert recorded.updater.graphs.records and len(recorded.updater.graphs.slots) == len(shapes)
+    assert all(slots.graph is not None for slots in recorded.updater.graphs.slots.values())
+    losses = [torch.stack([f.sums for f in t.updater.pending]).cpu() for t in (eager, recorded)]
     torch.testing.assert_close(losses[1], losses[0], rtol=1e-3, atol=0)
     for name, weight in eager.model.state_dict().items():
         if name.endswith("k_proj.bias"):  # its gradient is rounding noise (see test_compile)

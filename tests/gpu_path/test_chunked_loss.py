@@ -82,11 +82,11 @@ def test_a_training_batch_gets_the_same_gradients(recipe_path, small_data, tmp_p
     trainer = trainer_for(recipe_path, small_data, tmp_path / "run")
     model = trainer.model.train()
     assert model.output.weight is model.tgt_embed.tokens.weight
-    batch = trainer.make_batch(trainer.epoch_batches()[0])
+    batch = trainer.batcher.batch(trainer.batcher.epoch(trainer.state.epoch)[0])
     found = []
     for chunk in (0, 50):
-        trainer.batch_loss.chunk = chunk
-        loss, nll = trainer.batch_loss(batch.src, batch.tgt_in, batch.tgt_out, 0.1)
+        trainer.updater.batch_loss.chunk = chunk
+        loss, nll = trainer.updater.batch_loss(batch.src, batch.tgt_in, batch.tgt_out, 0.1)
         (loss / batch.num_tgt_tokens).backward()
         found.append((loss.item(), nll.item(), {n: p.grad.clone()
                                                 for n, p in model.named_parameters()}))
@@ -110,14 +110,14 @@ def test_training_with_chunks_logs_the_same_losses(recipe_path, small_data, tmp_
         trainer.metrics.close()
         runs.append(trainer)
     plain, chunked = runs
-    assert chunked.batch_loss.chunk == 50 and plain.step == chunked.step == 4
+    assert chunked.updater.batch_loss.chunk == 50 and plain.state.step == chunked.state.step == 4
     losses = [[r["loss"] for r in read_jsonl(t.run_dir / "metrics.jsonl")] for t in runs]
     assert len(losses[0]) == 4 and losses[1] == pytest.approx(losses[0], rel=1e-5)
     lr = plain.cfg.lr * 4 / plain.cfg.warmup  # the largest step's learning rate
     for (name, a), b in zip(plain.model.state_dict().items(),
                             chunked.model.state_dict().values()):
         torch.testing.assert_close(b, a, rtol=0, atol=4 * lr, msg=name)
-    dev = [dev_loss(t.model, t.dev.pairs, 2000, t.device, "fp32", t.engine, t.cfg.loss_chunk)
+    dev = [dev_loss(t.model, t.validation.dev.pairs, 2000, t.device, "fp32", t.engine, t.cfg.loss_chunk)
            for t in runs]
     assert dev[1] == pytest.approx(dev[0], rel=1e-4)
 

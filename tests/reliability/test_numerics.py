@@ -7,13 +7,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import translate.training.loop
-from conftest import TINY_OVERRIDES, poison_loss
+import translate.training.build
+from conftest import TINY_OVERRIDES, poison_loss, step
 from translate.cli import main
 from translate.config import load_recipe
 from translate.engine import resolve_engine
 from translate.metrics import MetricsLog
-from translate.training import Trainer, TrainingError, prepare_data
+from translate.training import Trainer, TrainingError, build_trainer, prepare_data
 
 
 def poisoned_engine(bad_calls: set[int]):
@@ -39,7 +39,7 @@ def trainer(recipe_path, small_data, tmp_path):
     cfg = load_recipe(recipe_path, [*TINY_OVERRIDES, f"data.dataset={small_data}",
                                     "train.max_bad_losses=1"])
     metrics = MetricsLog(tmp_path / "metrics.jsonl")
-    yield Trainer(cfg, tmp_path, prepare_data(cfg, tmp_path), metrics, device="cpu",
+    yield build_trainer(cfg, tmp_path, prepare_data(cfg, tmp_path), metrics, device="cpu",
                   progress=False)
     metrics.close()
 
@@ -47,9 +47,9 @@ def trainer(recipe_path, small_data, tmp_path):
 def first_batches(trainer, n=1):
     from translate.batching import collate
 
-    return [collate([trainer.train_pairs.src[i] for i in idx],
-                    [trainer.train_pairs.tgt[i] for i in idx])
-            for idx in trainer.epoch_batches()[:n]]
+    return [collate([trainer.batcher.pairs.src[i] for i in idx],
+                    [trainer.batcher.pairs.tgt[i] for i in idx])
+            for idx in trainer.batcher.epoch(trainer.state.epoch)[:n]]
 
 
 def snapshot(module):
@@ -58,35 +58,36 @@ def snapshot(module):
 
 def test_a_nan_loss_skips_the_batch_without_touching_the_weights(monkeypatch, trainer, caplog):
     batch = first_batches(trainer)
-    assert trainer.train_step(batch) is not None  # one real step: Adam has state now
+    assert step(trainer, batch) is not None  # one real step: Adam has state now
     before = snapshot(trainer.model)
-    adam = trainer.optimizer.state_dict()["state"][0]["exp_avg"].clone()
+    adam = trainer.updater.optimizer.state_dict()["state"][0]["exp_avg"].clone()
     poison_loss(trainer, {1, 2})
     with caplog.at_level(logging.WARNING, logger="translate"):
-        assert trainer.train_step(batch) is None
+        assert step(trainer, batch) is None
     assert "after step 1: inf loss" in caplog.text and "skipped (1 of at most 1)" in caplog.text
     after = snapshot(trainer.model)
     assert all(torch.equal(before[k], after[k]) for k in before)
-    assert torch.equal(trainer.optimizer.state_dict()["state"][0]["exp_avg"], adam)
-    assert trainer.step == 1
+    assert torch.equal(trainer.updater.optimizer.state_dict()["state"][0]["exp_avg"], adam)
+    assert trainer.state.step == 1
     assert all(p.grad is None for p in trainer.model.parameters())
     with pytest.raises(TrainingError, match=r"2 batches had a NaN/inf loss, over "
                                             r"train.max_bad_losses \(1\); stopping"):
-        trainer.train_step(batch)
+        step(trainer, batch)
 
 
 @pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
 def test_fp16_overflow_is_skipped_by_the_grad_scaler(trainer):
-    trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    trainer.updater.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
     trainer.model.output.weight.register_hook(lambda grad: grad * float("inf"))
     before = snapshot(trainer.model)
-    assert trainer.train_step(first_batches(trainer)) is not None
+    assert step(trainer, first_batches(trainer)) is not None
     trainer.settle()
-    assert trainer.window.losses[0] > 0 and trainer.window.tokens > 0  # the loss was fine;
-    assert trainer.bad_losses == 0  # the gradient overflowed
+    window = trainer.state.window
+    assert window.losses[0] > 0 and window.tokens > 0  # the loss was fine;
+    assert trainer.state.bad_losses == 0  # the gradient overflowed
     after = snapshot(trainer.model)
     assert all(torch.equal(before[k], after[k]) for k in before)
-    assert trainer.scaler.get_scale() == 2.0**15  # backed off for the next step
+    assert trainer.updater.scaler.get_scale() == 2.0**15  # backed off for the next step
 
 
 def test_training_goes_on_past_few_bad_losses_and_stops_on_many(monkeypatch, recipe_path,
@@ -95,11 +96,11 @@ def test_training_goes_on_past_few_bad_losses_and_stops_on_many(monkeypatch, rec
             *[a for item in TINY_OVERRIDES for a in ("--set", item)], "--set",
             "train.max_steps=12", "--set", "train.eval_every=0", "--set", "data.test_splits=[]",
             "--set", "train.max_bad_losses=2"]
-    monkeypatch.setattr(translate.training.loop, "resolve_engine", poisoned_engine({3, 5}))
+    monkeypatch.setattr(translate.training.build, "resolve_engine", poisoned_engine({3, 5}))
     result = CliRunner().invoke(main, [*args, "--run-dir", str(tmp_path / "ok")])
     assert result.exit_code == 0, result.output
     assert "(step 12 of 12" in result.output
-    monkeypatch.setattr(translate.training.loop, "resolve_engine", poisoned_engine({3, 5, 6}))
+    monkeypatch.setattr(translate.training.build, "resolve_engine", poisoned_engine({3, 5, 6}))
     result = CliRunner().invoke(main, [*args, "--run-dir", str(tmp_path / "diverged")])
     assert result.exit_code == 1 and "Traceback" not in result.output
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]

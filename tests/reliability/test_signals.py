@@ -14,7 +14,7 @@ from conftest import TINY_OVERRIDES
 from limits import within
 from translate.checkpoint import read_checkpoint
 from translate.cli import main
-from translate.training import Trainer
+from translate.training.update import Updater
 
 REPO = Path(__file__).resolve().parents[2]
 # No validation and no periodic save: the only checkpoint is the one the signal asks for.
@@ -57,14 +57,14 @@ def test_sigterm_to_the_command_saves_and_says_how_to_resume(recipe_path, small_
 
 def test_sigint_saves_mid_window_and_the_run_resumes(monkeypatch, recipe_path, small_data,
                                                      tmp_path):
-    real_step = Trainer.train_step
+    real_step = Updater.step
 
-    def ctrl_c_at_step_7(self, *args):
-        if self.step == 6:
+    def ctrl_c_at_step_7(self, batches, tokens, state):
+        if state.step == 6:
             os.kill(os.getpid(), signal.SIGINT)  # arrives while the step runs
-        return real_step(self, *args)
+        return real_step(self, batches, tokens, state)
 
-    monkeypatch.setattr(Trainer, "train_step", ctrl_c_at_step_7)
+    monkeypatch.setattr(Updater, "step", ctrl_c_at_step_7)
     run = tmp_path / "run"
     runner = CliRunner()
     result = runner.invoke(main, ["train", str(recipe_path), "--data", str(small_data),
@@ -73,7 +73,7 @@ def test_sigint_saves_mid_window_and_the_run_resumes(monkeypatch, recipe_path, s
     assert f"stopped at step 7 and saved {run / 'last.pt'}" in result.output
     saved = read_checkpoint(run / "last.pt")
     assert saved["step"] == 7 and len(saved["trainer"]["window"]["losses"]) == 7
-    monkeypatch.setattr(Trainer, "train_step", real_step)
+    monkeypatch.setattr(Updater, "step", real_step)
     result = runner.invoke(main, ["train", "--resume", str(run), "--no-progress",
                                   *sets("train.max_steps=20")])
     assert result.exit_code == 0, result.output

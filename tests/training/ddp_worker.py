@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import TINY_OVERRIDES  # noqa: E402
 from translate.config import load_recipe  # noqa: E402
 from translate.metrics import MetricsLog  # noqa: E402
-from translate.training import Trainer, loop, prepare_data  # noqa: E402
+from translate.training import build_trainer, prepare_data, update  # noqa: E402
 from translate.training.distributed import join, sum_gradients  # noqa: E402
 from translate.training.progress import TrainingBar  # noqa: E402
 
@@ -47,8 +47,9 @@ def main(recipe: str, data: str, out: str, steps: int, accum: int, *overrides: s
     run_dir = Path(out) / f"rank{world.rank}"
     run_dir.mkdir(parents=True)
     metrics = MetricsLog(run_dir / "metrics.jsonl")
-    trainer = Trainer(cfg, run_dir, prepare_data(cfg, run_dir), metrics, "cpu", False, world)
-    trainer.epoch, trainer.monitor = 1, {}
+    trainer = build_trainer(cfg, run_dir, prepare_data(cfg, run_dir), metrics, "cpu", False,
+                            world)
+    trainer.state.epoch = 1
     trainer.start = trainer.last_eval = time.perf_counter()
     trainer.bar = TrainingBar(cfg.train, enabled=False)
     init = {k: v.clone() for k, v in trainer.model.state_dict().items()}
@@ -61,18 +62,18 @@ def main(recipe: str, data: str, out: str, steps: int, accum: int, *overrides: s
         if not grads:
             grads.update({n: p.grad.clone() for n, p in trainer.model.named_parameters()})
 
-    loop.sum_gradients = sum_and_keep
-    trainer.optimizer.register_step_pre_hook(
+    update.sum_gradients = sum_and_keep
+    trainer.updater.optimizer.register_step_pre_hook(
         lambda optimizer, args, kwargs: lrs.append(optimizer.param_groups[0]["lr"]))
-    batches = trainer.epoch_batches()
+    batches = trainer.batcher.epoch(trainer.state.epoch)
     for _ in range(steps):
         trainer.next_step(batches)
     trainer.settle()  # the steps' losses, read from the device into the log window
     torch.save({"model": trainer.model.state_dict(), "init": init, "grads": grads, "lrs": lrs,
-                "losses": trainer.window.losses, "tokens": trainer.window.tokens,
-                "position": trainer.position, "step": trainer.step,
+                "losses": trainer.state.window.losses, "tokens": trainer.state.window.tokens,
+                "position": trainer.state.position, "step": trainer.state.step,
                 "threads": torch.get_num_threads(),
-                "lr": trainer.optimizer.param_groups[0]["lr"]},
+                "lr": trainer.updater.optimizer.param_groups[0]["lr"]},
                Path(out) / f"rank{world.rank}.pt")
     metrics.close()
 

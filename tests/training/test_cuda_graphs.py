@@ -11,7 +11,7 @@ import torch
 from conftest import TINY_OVERRIDES, poison_loss, ready_to_step
 from translate.config import ConfigError, load_recipe
 from translate.metrics import MetricsLog
-from translate.training import Trainer, prepare_data
+from translate.training import Trainer, build_trainer, prepare_data
 from translate.training.graphs import check_recipe
 
 # dropout, clipping, label smoothing and the EMA all in the step; the engine graphs record
@@ -33,10 +33,10 @@ def make_trainer(recipe_path, small_data, tmp_path):
         run_dir = tmp_path / f"run{len(logs)}"
         run_dir.mkdir()
         logs.append(MetricsLog(run_dir / "metrics.jsonl"))
-        trainer = Trainer(cfg, run_dir, prepare_data(cfg, run_dir), logs[-1], device="cpu",
-                          progress=False)
+        trainer = build_trainer(cfg, run_dir, prepare_data(cfg, run_dir), logs[-1],
+                                device="cpu", progress=False)
         if not graphs:  # the eager step as a GPU takes it: a NaN/inf loss skipped on the device
-            trainer.defer_checks = True
+            trainer.updater.defer_checks = True
         return ready_to_step(trainer)
 
     yield make
@@ -48,9 +48,10 @@ def state_of(trainer: Trainer) -> dict:
     """Weights, EMA, Adam's moments and step counts, and the learning rate, as plain tensors."""
     state = {f"model.{k}": v.clone() for k, v in trainer.model.state_dict().items()}
     state.update({f"ema.{k}": v.clone() for k, v in trainer.ema.state_dict().items()})
-    for i, moments in trainer.optimizer.state_dict()["state"].items():
+    for i, moments in trainer.updater.optimizer.state_dict()["state"].items():
         state.update({f"adam.{i}.{k}": torch.as_tensor(v).clone() for k, v in moments.items()})
-    state["lr"] = torch.as_tensor(trainer.optimizer.param_groups[0]["lr"], dtype=torch.float64)
+    lr = trainer.updater.optimizer.param_groups[0]["lr"]
+    state["lr"] = torch.as_tensor(lr, dtype=torch.float64)
     return state
 
 
@@ -67,15 +68,15 @@ def test_the_recorded_step_makes_the_eager_steps_update(make_trainer):
     for graphs in (False, True):
         trainer = make_trainer(graphs)
         poison_loss(trainer, {4})  # the trainer's BatchLoss, which its graphs share
-        order = trainer.epoch_batches()
+        order = trainer.batcher.epoch(trainer.state.epoch)
         for _ in range(6):
             trainer.next_step(order)
         runs.append(trainer)
     eager, recorded = runs
-    assert recorded.graphs is not None and not recorded.graphs.records
-    assert isinstance(recorded.optimizer.param_groups[0]["lr"], torch.Tensor)
-    assert len(recorded.graphs.slots) >= 2  # batches of several shapes, a buffer set each
-    assert recorded.bad_losses == eager.bad_losses == 1
+    assert recorded.updater.graphs is not None and not recorded.updater.graphs.records
+    assert isinstance(recorded.updater.optimizer.param_groups[0]["lr"], torch.Tensor)
+    assert len(recorded.updater.graphs.slots) >= 2  # batches of several shapes, a buffer set each
+    assert recorded.state.bad_losses == eager.state.bad_losses == 1
     expected, got = state_of(eager), state_of(recorded)
     assert expected.keys() == got.keys()
     for name, value in expected.items():
@@ -85,7 +86,7 @@ def test_the_recorded_step_makes_the_eager_steps_update(make_trainer):
 
 def test_a_recorded_runs_checkpoint_resumes_it_exactly(make_trainer):
     straight = make_trainer(True)
-    order = straight.epoch_batches()
+    order = straight.batcher.epoch(straight.state.epoch)
     for _ in range(4):
         straight.next_step(order)
 
@@ -98,7 +99,7 @@ def test_a_recorded_runs_checkpoint_resumes_it_exactly(make_trainer):
 
     resumed = make_trainer(True)
     resumed.restore(saved)
-    assert isinstance(resumed.optimizer.param_groups[0]["lr"], torch.Tensor)
+    assert isinstance(resumed.updater.optimizer.param_groups[0]["lr"], torch.Tensor)
     for _ in range(2):
         resumed.next_step(order)
     expected, got = state_of(straight), state_of(resumed)
@@ -107,9 +108,9 @@ def test_a_recorded_runs_checkpoint_resumes_it_exactly(make_trainer):
 
     eager = make_trainer(False)  # the same checkpoint resumes a run without graphs
     eager.restore(saved)
-    assert isinstance(eager.optimizer.param_groups[0]["lr"], float)
+    assert isinstance(eager.updater.optimizer.param_groups[0]["lr"], float)
     eager.next_step(order)
-    assert eager.step == 3
+    assert eager.state.step == 3
 
 
 @pytest.mark.parametrize("overrides, precision, world, reason", [

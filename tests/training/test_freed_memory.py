@@ -10,7 +10,7 @@ from conftest import TINY_OVERRIDES
 from translate import utils
 from translate.config import load_recipe
 from translate.metrics import MetricsLog
-from translate.training import Trainer, loop, prepare_data
+from translate.training import build, build_trainer, prepare_data
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator")
 
@@ -53,11 +53,11 @@ def test_other_c_libraries_are_left_alone(monkeypatch):
 def test_a_cpu_trainer_keeps_freed_memory_unless_told_not_to(recipe_path, small_data, tmp_path,
                                                              monkeypatch, setting, calls):
     made = []
-    monkeypatch.setattr(loop, "keep_freed_memory", lambda: made.append(1) or True)
+    monkeypatch.setattr(build, "keep_freed_memory", lambda: made.append(1) or True)
     recipe = load_recipe(recipe_path, [*TINY_OVERRIDES, f"data.dataset={small_data}",
                                        f"train.keep_freed_memory={setting}"])
     metrics = MetricsLog(tmp_path / "metrics.jsonl")
-    Trainer(recipe, tmp_path, prepare_data(recipe, tmp_path), metrics, device="cpu",
-            progress=False)
+    build_trainer(recipe, tmp_path, prepare_data(recipe, tmp_path), metrics, device="cpu",
+                  progress=False)
     metrics.close()
     assert len(made) == calls

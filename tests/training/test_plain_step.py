@@ -22,8 +22,8 @@ def test_the_plain_step_is_the_trainers_step(recipe_path, small_data, tmp_path, 
                  "train.clip_norm=0.5", "train.log_every=1", "train.eval_every=0",
                  "train.save_every=0")
     trainer = tiny_trainer(recipe_path, small_data, tmp_path / "trainer", *overrides)
-    order = trainer.epoch_batches()
-    seen = gradients_at_each_update(trainer.optimizer)
+    order = trainer.batcher.epoch(trainer.state.epoch)
+    seen = gradients_at_each_update(trainer.updater.optimizer)
     for _ in range(2):
         trainer.next_step(order)
     trainer.settle()
@@ -31,10 +31,11 @@ def test_the_plain_step_is_the_trainers_step(recipe_path, small_data, tmp_path, 
     logged = [r["loss"] for r in read_jsonl(trainer.run_dir / "metrics.jsonl")]
 
     textbook = tiny_trainer(recipe_path, small_data, tmp_path / "textbook", *overrides)
-    mine = gradients_at_each_update(textbook.optimizer)
+    optimizer, scheduler = textbook.updater.optimizer, textbook.updater.scheduler
+    mine = gradients_at_each_update(optimizer)
     cfg = textbook.cfg
-    losses = [plain_step(textbook.model, textbook.make_batch(order[i]), textbook.optimizer,
-                         textbook.scheduler, cfg.label_smoothing, cfg.clip_norm, precision)
+    losses = [plain_step(textbook.model, textbook.batcher.batch(order[i]), optimizer, scheduler,
+                         cfg.label_smoothing, cfg.clip_norm, precision)
               for i in range(2)]
     assert losses == pytest.approx(logged, rel=1e-12)
     names = {id(p): n for n, p in textbook.model.named_parameters()}

@@ -12,7 +12,7 @@ from conftest import TINY_OVERRIDES, poison_loss, ready_to_step
 from translate.config import load_recipe
 from translate.metrics import MetricsLog
 from translate.tokens import PAD
-from translate.training import Trainer, TrainingError, prepare_data
+from translate.training import Trainer, TrainingError, build_trainer, prepare_data
 from translate.training.optim import make_optimizer
 
 
@@ -28,7 +28,7 @@ def make_trainer(recipe_path, small_data, tmp_path):
         run_dir = tmp_path / f"run{len(logs)}"
         run_dir.mkdir()
         logs.append(MetricsLog(run_dir / "metrics.jsonl"))
-        return ready_to_step(Trainer(cfg, run_dir, prepare_data(cfg, run_dir), logs[-1],
+        return ready_to_step(build_trainer(cfg, run_dir, prepare_data(cfg, run_dir), logs[-1],
                                      device="cpu", progress=False))
 
     yield make
@@ -38,13 +38,14 @@ def make_trainer(recipe_path, small_data, tmp_path):
 
 def skipping_on_device(trainer: Trainer) -> Trainer:
     """`trainer` as it runs on a GPU: fused AdamW, NaN/inf checks left on the device."""
-    trainer.optimizer, trainer.scheduler = make_optimizer(trainer.model, trainer.cfg, fused=True)
-    trainer.defer_checks = True
+    updater = trainer.updater
+    updater.optimizer, updater.scheduler = make_optimizer(trainer.model, trainer.cfg, fused=True)
+    trainer.updater.defer_checks = True
     return trainer
 
 
 def batches_of(trainer: Trainer, indices: list[list[int]]):
-    return [trainer.make_batch(idx) for idx in indices]
+    return [trainer.batcher.batch(idx) for idx in indices]
 
 
 def snapshot(trainer: Trainer) -> dict:
@@ -53,7 +54,7 @@ def snapshot(trainer: Trainer) -> dict:
 
 def test_the_logged_loss_is_the_nll_per_target_token_of_the_steps_batches(make_trainer):
     trainer = make_trainer("train.accum_steps=2", "train.log_every=1")
-    order = trainer.epoch_batches()
+    order = trainer.batcher.epoch(trainer.state.epoch)
     expected = []
     for step in range(3):  # before each step, the model's NLL on the two batches it will take
         nll = tokens = 0
@@ -76,26 +77,27 @@ def test_the_logged_loss_is_the_nll_per_target_token_of_the_steps_batches(make_t
 def test_on_the_device_a_nan_loss_leaves_the_weights_and_is_counted_when_read(make_trainer,
                                                                               caplog):
     trainer = skipping_on_device(make_trainer("train.max_bad_losses=1", "train.log_every=3"))
-    order = trainer.epoch_batches()
+    order = trainer.batcher.epoch(trainer.state.epoch)
     trainer.next_step(order)  # a real step: Adam has state now
     before = snapshot(trainer)
-    adam = {k: v.clone() for k, v in trainer.optimizer.state_dict()["state"][0].items()}
+    adam = {k: v.clone() for k, v in trainer.updater.optimizer.state_dict()["state"][0].items()}
     poison_loss(trainer, {1, 3})
     with caplog.at_level(logging.WARNING, logger="translate"):
         trainer.next_step(order)  # step 2: skipped on the device, nothing read on the host yet
-        assert trainer.step == 2 and trainer.bad_losses == 0 and len(trainer.pending) == 2
+        state = trainer.state
+        assert state.step == 2 and state.bad_losses == 0 and len(trainer.updater.pending) == 2
         after = snapshot(trainer)
         assert all(torch.equal(before[k], after[k]) for k in before)
-        state = trainer.optimizer.state_dict()["state"][0]
+        state = trainer.updater.optimizer.state_dict()["state"][0]
         assert all(torch.equal(state[k], adam[k]) for k in adam)  # moments and step count
         trainer.next_step(order)  # step 3 logs: the figures are read, the bad loss counted
     assert "after step 1: inf loss on a step of" in caplog.text
-    assert "skipped (1 of at most 1)" in caplog.text and trainer.bad_losses == 1
+    assert "skipped (1 of at most 1)" in caplog.text and trainer.state.bad_losses == 1
     lines = (trainer.run_dir / "metrics.jsonl").read_text().splitlines()
     (record,) = map(json.loads, lines)
-    good = [trainer.train_pairs.tgt.total_length(order[i]) for i in (0, 2)]  # steps 1 and 3
+    good = [trainer.batcher.pairs.tgt.total_length(order[i]) for i in (0, 2)]  # steps 1 and 3
     assert record["step"] == 3 and record["step_tokens"] == sum(good) / 2
-    assert record["loss"] > 0 and not trainer.pending
+    assert record["loss"] > 0 and not trainer.updater.pending
     trainer.next_step(order)  # step 4: bad again; the stop comes when it is read
     with pytest.raises(TrainingError, match=r"2 batches had a NaN/inf loss, over "
                                             r"train.max_bad_losses \(1\)"):
@@ -104,13 +106,14 @@ def test_on_the_device_a_nan_loss_leaves_the_weights_and_is_counted_when_read(ma
 
 def test_a_step_not_skipped_on_the_device_is_the_plain_step(make_trainer):
     trainer = make_trainer("train.accum_steps=2")
-    order, start = trainer.epoch_batches(), snapshot(trainer)
+    order, start = trainer.batcher.epoch(trainer.state.epoch), snapshot(trainer)
     weights = []
     for defer in (True, False):
         trainer.model.load_state_dict(start)
-        trainer.optimizer, trainer.scheduler = make_optimizer(trainer.model, trainer.cfg,
+        updater = trainer.updater
+        updater.optimizer, updater.scheduler = make_optimizer(trainer.model, trainer.cfg,
                                                               fused=True)
-        trainer.defer_checks, trainer.position = defer, 0
+        trainer.updater.defer_checks, trainer.state.position = defer, 0
         for _ in range(3):
             trainer.next_step(order)
         weights.append(snapshot(trainer))

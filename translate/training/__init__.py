@@ -2,7 +2,12 @@
 
     run.py          train(): prepare, loop, then score best.pt on the test splits
     prepare.py      the cleaned, encoded train split, the tokenizer and the dev split
-    loop.py         Trainer: optimizer steps, logging, stopping rules, checkpoints
+    build.py        build_trainer(): device, precision, seed, engine, model and optimizer
+    loop.py         Trainer: the loop, its logging, stopping rules, validations, checkpoints
+    state.py        TrainState: the counters a checkpoint saves; the budget and its triggers
+    step.py         plain_step(): one training step as the textbook writes it
+    update.py       Updater: that step with a real run's bookkeeping (fp16, NaN checks, ranks)
+    batches.py      TrainBatcher: each epoch's order of batches, each batch's tensors
     optim.py        AdamW, the inverse square root schedule, the weight average (EMA)
     compilation.py  train.compile: the engine it takes, torch.compile once it is known to work
     graphs.py       train.cuda_graphs: the whole step recorded as a CUDA graph per batch shape
@@ -10,10 +15,13 @@
     checkpoints.py  which checkpoint a run resumes from, and whether it may
 """
 
-from translate.training.loop import Interrupted, Trainer, TrainingError
+from translate.training.build import build_trainer
+from translate.training.loop import Interrupted, Trainer
 from translate.training.optim import inverse_sqrt_lr, update_ema
 from translate.training.prepare import TrainingData, prepare_data
 from translate.training.run import TrainResult, train
+from translate.training.state import TrainingError, TrainState
 
-__all__ = ["Interrupted", "TrainResult", "Trainer", "TrainingData", "TrainingError",
-           "inverse_sqrt_lr", "prepare_data", "train", "update_ema"]
+__all__ = ["Interrupted", "TrainResult", "TrainState", "Trainer", "TrainingData",
+           "TrainingError", "build_trainer", "inverse_sqrt_lr", "prepare_data", "train",
+           "update_ema"]

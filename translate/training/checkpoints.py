@@ -74,3 +74,12 @@ def check_all_own(run_dir: Path) -> None:
         except CheckpointError:  # unreadable: newest_checkpoint skips it with a warning
             continue
         check_own_checkpoint(path, data, own)
+
+
+def drop_old_steps(run_dir: Path, keep_last: int, step: int) -> None:
+    """Delete the run's step_N.pt files but the newest `keep_last` of those up to `step` (a
+    resumed run leaves alone any a crash left beyond its checkpoint)."""
+    steps = sorted((p for p in run_dir.glob("step_*.pt") if 0 <= step_number(p) <= step),
+                   key=step_number)
+    for path in steps[:max(len(steps) - keep_last, 0)]:
+        path.unlink(missing_ok=True)

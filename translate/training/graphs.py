@@ -17,7 +17,7 @@ Batches rounded to `train.length_multiple` come in a few shapes, so a run record
 they share one memory pool. Nothing in the step reads a value on the host.
 
 `StepGraphs.step` runs the same code whether it records or not. On a CPU there are no graphs and
-it runs as written, which the tests compare with `Trainer.train_step`.
+it runs as written, which the tests compare with `Updater.step`.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from translate.run_folder import locked, owned_files, run_id, start_run
 from translate.training.checkpoints import resume_point
 from translate.training.distributed import World, join, together
 from translate.training.graphs import check_recipe
+from translate.training.build import build_trainer
 from translate.training.loop import Interrupted, Trainer
 from translate.training.prepare import prepare_data
 from translate.utils import first_line, pick_device, resolve_precision
@@ -76,8 +77,8 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
             return TrainResult(run_dir, run_dir / "best.pt", -1, steps, -1.0, main=False)
         best = load_checkpoint(run_dir / "best.pt", trainer.device)
         scores = test_scores(best, trainer, progress)
-        result = TrainResult(run_dir, run_dir / "best.pt", best.step, steps, trainer.best_bleu,
-                             scores)
+        result = TrainResult(run_dir, run_dir / "best.pt", best.step, steps,
+                             trainer.state.best_bleu, scores)
         log.info("%s", summary(result))
     return result
 
@@ -86,7 +87,8 @@ def summary(result: TrainResult) -> str:
     """The run's outcome as `translate train` reports it: best checkpoint, test scores, folder."""
     lines = [f"\nbest checkpoint: {result.best_checkpoint} (step {result.best_step} of "
              f"{result.steps}, dev BLEU {result.best_dev_bleu:.2f})"]
-    lines += [f"\n== {split} ==\n{scores.summary()}" for split, scores in result.test_scores.items()]
+    lines += [f"\n== {split} ==\n{scores.summary()}"
+              for split, scores in result.test_scores.items()]
     return "\n".join(lines + [f"\nrun folder: {result.run_dir}"])
 
 
@@ -112,7 +114,7 @@ def _start(recipe: Recipe, run_dir: Path, device: Optional[str], progress: bool,
     data = prepare_data(recipe, run_dir, tokenizer, world, progress)
     metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=world.is_main)
     cleanup.callback(metrics.close)
-    trainer = Trainer(recipe, run_dir, data, metrics, device, progress, world)
+    trainer = build_trainer(recipe, run_dir, data, metrics, device, progress, world)
     trainer.run_id = own_id
     if checkpoint is not None:
         _restore(trainer, path, checkpoint)
@@ -126,8 +128,8 @@ def _restore(trainer: Trainer, path: Path, checkpoint: dict) -> None:
         raise CheckpointError(f"{path}: cannot resume from it ({type(e).__name__}: "
                               f"{first_line(e)})") from None
     if trainer.world.is_main:
-        log.info("resuming from %s: step %d, epoch %d, batch %d", path, trainer.step,
-                 trainer.epoch, trainer.position)
+        log.info("resuming from %s: step %d, epoch %d, batch %d", path, trainer.state.step,
+                 trainer.state.epoch, trainer.state.position)
 
 
 def test_scores(best: Loaded, trainer: Trainer, progress: bool) -> dict:

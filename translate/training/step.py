@@ -1,9 +1,9 @@
 """One training step as the textbook writes it.
 
-`Trainer.train_step` takes this same step with the bookkeeping a real run needs around it:
-several batches a step, fp16 loss scaling, NaN/inf checks that stay on a GPU, the all-reduce
-across processes, the weight average. tests/training/test_plain_step.py checks that the two
-compute the same loss and the same gradients, in fp32 and in bf16.
+`Updater.step` (translate/training/update.py) takes this same step with the bookkeeping a real
+run needs around it: several batches a step, fp16 loss scaling, NaN/inf checks that stay on a
+GPU, the all-reduce across processes, the weight average. tests/training/test_plain_step.py
+checks that the two compute the same loss and the same gradients, in fp32 and in bf16.
 """
 
 from __future__ import annotations

@@ -4,17 +4,19 @@ the way `translate decode` would, with validation's own beam (`train.valid_beam`
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
 
 from translate.batching import EncodedPairs, collate, token_batches
 from translate.config import Recipe
+from translate.data import load_split
 from translate.engine import Engine
 from translate.evaluation import evaluate_split
 from translate.tokenizer import Tokenizer
 from translate.training.batch_loss import BatchLoss
+from translate.training.prepare import DevSplit
 
 
 @torch.no_grad()
@@ -46,3 +48,30 @@ def validation_scores(model: nn.Module, tokenizer: Tokenizer, recipe: Recipe,
 
 def perplexity(loss: float) -> float:
     return math.exp(min(loss, 50))
+
+
+@dataclass
+class Validation:
+    """What a run validates on and how: `validation(model)` gives the dev loss and perplexity,
+    and the BLEU of the dev split and of each of `train.monitor_splits`."""
+
+    recipe: Recipe
+    tokenizer: Tokenizer
+    dev: DevSplit
+    device: torch.device
+    precision: str
+    engine: Engine
+    monitor: dict = field(init=False)  # split -> (sources, references)
+
+    def __post_init__(self):
+        self.monitor = {s: load_split(self.recipe.data, s)
+                        for s in self.recipe.train.monitor_splits}
+
+    def __call__(self, model: nn.Module) -> tuple[dict, dict]:
+        cfg = self.recipe.train
+        loss = dev_loss(model, self.dev.pairs, cfg.max_tokens, self.device, self.precision,
+                        self.engine, cfg.loss_chunk)
+        splits = {"dev": (self.dev.src, self.dev.tgt), **self.monitor}
+        bleus = validation_scores(model, self.tokenizer, self.recipe, splits, self.device,
+                                  self.precision, self.engine)
+        return {"dev_loss": loss, "dev_ppl": perplexity(loss)}, bleus

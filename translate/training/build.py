@@ -1,0 +1,109 @@
+"""`build_trainer`: a recipe and its prepared data in, a `Trainer` ready to `run()` out — the
+device, precision and threads settled, the seed set, the engine chosen, the model, its weight
+average, optimizer, schedule and loss scaler built."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import nn
+
+from translate.checkpoint import check_free_space, checkpoint_bytes
+from translate.config import ConfigError, Recipe, TrainConfig
+from translate.engine import Engine, engine_note, resolve_engine
+from translate.metrics import MetricsLog
+from translate.models import build_model, count_parameters
+from translate.training.batch_loss import BatchLoss
+from translate.training.batches import train_batcher
+from translate.training.compilation import compiled, engine_name
+from translate.training.distributed import World
+from translate.training.graphs import StepGraphs, check_recipe
+from translate.training.loop import Trainer
+from translate.training.optim import make_optimizer, skips_on_device
+from translate.training.prepare import TrainingData
+from translate.training.update import Updater
+from translate.training.validation import Validation
+from translate.utils import keep_freed_memory, pick_device, resolve_precision, seed_everything
+
+log = logging.getLogger(__name__)
+
+
+def build_trainer(recipe: Recipe, run_dir: Path, data: TrainingData, metrics: MetricsLog,
+                  device: Optional[str] = None, progress: bool = True,
+                  world: World = World()) -> Trainer:
+    """The Trainer of `recipe` on `device` (the best one by default), writing into `run_dir` and
+    `metrics`; `world`: the processes training together."""
+    cfg = recipe.train
+    device = pick_device(device)
+    precision = settle_device(recipe, device, world)
+    seed_everything(cfg.seed)
+    engine = resolve_engine(engine_name(cfg), device)
+    batcher = train_batcher(recipe, data.tokenizer, data.train, world)
+    model = build_model(recipe.model, data.tokenizer.src_vocab_size,
+                        data.tokenizer.tgt_vocab_size, data.tokenizer.joint)
+    model = engine.prepare(model.to(device))
+    if world.is_main:
+        processes = f", {world.size} processes" if world.size > 1 else ""
+        log.info("%s: %.2fM parameters, device %s, precision %s%s, %d CPU threads%s; the %s",
+                 recipe.model.arch, count_parameters(model) / 1e6, device, precision,
+                 step_note(cfg, device), torch.get_num_threads(), processes, engine_note(engine))
+    updater = build_updater(model, cfg, engine, device, precision, world)
+    if world.is_main:
+        check_free_space(run_dir, checkpoint_bytes(model, updater.ema is not None))
+    validation = Validation(recipe, data.tokenizer, data.dev, device, precision, engine)
+    return Trainer(recipe, run_dir, metrics, data, batcher, updater, validation, progress, world)
+
+
+def settle_device(recipe: Recipe, device: torch.device, world: World) -> str:
+    """The precision training runs in, once the recipe is known to suit it; the CPU threads and
+    allocator set as the recipe says."""
+    cfg = recipe.train
+    precision = resolve_precision(cfg.precision, device)
+    if precision == "int8":
+        raise ConfigError("train.precision int8 is for decoding only (translate decode/"
+                          "evaluate --precision int8); train in fp32, bf16 or fp16")
+    if cfg.compile and cfg.loss_chunk:
+        raise ConfigError("train.loss_chunk projects the decoder's states outside the "
+                          "compiled forward; set train.compile false or train.loss_chunk 0")
+    if cfg.cuda_graphs:
+        check_recipe(recipe, precision, world.size)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if cfg.keep_freed_memory and device.type == "cpu":
+        keep_freed_memory()
+    return precision
+
+
+def build_updater(model: nn.Module, cfg: TrainConfig, engine: Engine, device: torch.device,
+                  precision: str, world: World) -> Updater:
+    """The optimizer, schedule, weight average, loss scaler and loss function around `model`."""
+    # The compiled forward shares the model's parameters; checkpoints save the model itself,
+    # so their names carry no torch.compile prefix.
+    forward = compiled(model, device) if cfg.compile else model
+    batch_loss = BatchLoss(model, forward, engine.loss, device, precision, cfg.loss_chunk)
+    ema = copy.deepcopy(model).eval().requires_grad_(False) if cfg.ema_decay > 0 else None
+    figure_dtype = torch.float32 if device.type == "mps" else torch.float64
+    optimizer, scheduler = make_optimizer(model, cfg, capturable=cfg.cuda_graphs)
+    graphs = StepGraphs(model, ema, optimizer, cfg.label_smoothing, cfg.clip_norm, batch_loss,
+                        device, figure_dtype) if cfg.cuda_graphs else None
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    # Where reading a value from the device costs a sync (a GPU), a step's NaN/inf check stays
+    # on the device and is read with the log; the CPU reads it at once.
+    defer_checks = device.type == "cuda" and skips_on_device(optimizer)
+    return Updater(cfg, model, ema, optimizer, scheduler, scaler, batch_loss, graphs,
+                   defer_checks, figure_dtype, world)
+
+
+def step_note(cfg: TrainConfig, device: torch.device) -> str:
+    """How steps run, for the log's first line."""
+    if cfg.compile:
+        return ", compiled"
+    if not cfg.cuda_graphs:
+        return ""
+    if device.type == "cuda":
+        return ", CUDA graphs"
+    return f", the step written for CUDA graphs run unrecorded (none on the {device.type})"

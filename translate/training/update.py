@@ -1,0 +1,193 @@
+"""One optimizer update with the bookkeeping a real run needs around the textbook step
+(`translate.training.step.plain_step`): several batches a step, fp16 loss scaling, the all-reduce
+across processes, the weight average, and NaN/inf checks that stay on a GPU.
+
+On a GPU a step never waits for the device: its loss and NaN/inf flag stay there as tensors
+(`StepFigures`) until the host needs them, when a log record is written, a checkpoint saved or
+a validation run (`Updater.settle`). A step whose loss was NaN or infinite on some rank still
+makes no update, decided on the device (`optim.step_unless`); it is counted, warned about and
+stopped on (`train.max_bad_losses`) when the figures are read. On the CPU, where reading a
+value costs nothing, the flag is read at once and such a step is not counted at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from torch import nn
+
+from translate.batching import Batch
+from translate.checkpoint import upgrade_state_dict
+from translate.config import TrainConfig
+from translate.training.batch_loss import BatchLoss
+from translate.training.distributed import World, all_sum_, step_seed, sum_gradients
+from translate.training.graphs import StepGraphs
+from translate.training.optim import (ema_decay, plain_numbers, restore_lr_tensors, step_unless,
+                                      update_ema)
+from translate.training.state import TrainingError, TrainState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StepFigures:
+    """One optimizer step as the log sees it; `sums` stays on the device until it is read."""
+
+    sums: torch.Tensor  # (3,) over every rank: summed NLL, ranks with a NaN/inf loss, summed loss
+    tokens: int  # target tokens of the step, every rank's
+    step: int  # steps taken before this one
+    epoch: int
+
+
+@dataclass
+class Updater:
+    """The model, its optimizer and the device bookkeeping of each update
+    (`training.build.build_updater` makes one)."""
+
+    cfg: TrainConfig
+    model: nn.Module
+    ema: Optional[nn.Module]  # the weight average: validated, saved and used to translate
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler  # enabled in fp16 only
+    batch_loss: BatchLoss  # forward and loss, shared with the CUDA graphs and the dev loss
+    graphs: Optional[StepGraphs]  # train.cuda_graphs: the step recorded per batch shape
+    defer_checks: bool  # NaN/inf checks left on the device, read with the log (a GPU)
+    figure_dtype: torch.dtype
+    world: World
+    pending: list[StepFigures] = field(default_factory=list)  # figures the host has not read
+
+    @property
+    def eval_model(self) -> nn.Module:
+        """The weights to validate, save and translate with: the EMA when there is one."""
+        return self.ema if self.ema is not None else self.model
+
+    def step(self, batches: list[Batch], tokens: int, state: TrainState
+             ) -> Optional[StepFigures]:
+        """Forward/backward over this rank's `batches`, then one optimizer step; `tokens`: the
+        target tokens of the step's batches on every rank.
+
+        Returns the step's figures, still on the device, also added to `pending` for `settle`
+        to read. A NaN or infinite loss on some rank means no update on any rank. On the CPU
+        the step is then not taken at all, and None returned. On a GPU the optimizer skips it
+        on the device and the step counts: the EMA and the step number go on (`Trainer` steps
+        the schedule), the weights and Adam's moments stay as they were.
+        """
+        cfg = self.cfg
+        if self.world.size > 1:  # every rank's dropout from (seed, rank, step): exact resume
+            torch.manual_seed(step_seed(cfg.seed, self.world.rank, state.step))
+        if self.graphs is not None:
+            return self._recorded(batches[0], tokens, state)
+        self.model.train()
+        device = self.batch_loss.device
+        loss_sum = nll_sum = torch.zeros((), dtype=self.figure_dtype, device=device)
+        for batch in batches:
+            batch = batch.to(device)
+            loss, nll = self.batch_loss(batch.src, batch.tgt_in, batch.tgt_out,
+                                        cfg.label_smoothing)
+            loss_sum = loss_sum + loss.detach().to(self.figure_dtype)
+            nll_sum = nll_sum + nll.detach().to(self.figure_dtype)
+            if self.scaler.is_enabled():  # fp16: a NaN/inf loss makes every gradient NaN, so
+                loss = loss * (loss.detach() * 0 + 1)  # the scaler skips the step (x 1 or NaN)
+            self.scaler.scale(loss / tokens).backward()
+        bad = (~torch.isfinite(loss_sum)).to(self.figure_dtype)
+        sums = all_sum_(torch.stack([nll_sum, bad, loss_sum]), self.world)  # (3,) on the device
+        figures = StepFigures(sums, tokens, state.step, state.epoch)
+        if not self.defer_checks and sums[1].item():  # the CPU: reading it costs nothing
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skip_bad_loss(state, sums[2].item(), figures)
+            return None
+        sum_gradients(self.model.parameters(), self.world)
+        self._update(sums[1])
+        state.step += 1
+        if self.ema is not None:
+            update_ema(self.ema, self.model, cfg.ema_decay, state.step)
+        self.pending.append(figures)
+        return figures
+
+    def _update(self, bad: torch.Tensor) -> None:
+        """Clip the summed gradients and take the optimizer step; none where `bad` > 0 (ranks
+        whose loss was NaN/inf), decided on the device when the checks are deferred."""
+        if self.cfg.clip_norm > 0:
+            self.scaler.unscale_(self.optimizer)
+            # error_if_nonfinite stays off: checking the norm would read it on the host
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
+        if self.defer_checks and not self.scaler.is_enabled():
+            step_unless(self.optimizer, (bad > 0).float())
+        else:  # with fp16 the scaler skips the step when a gradient is NaN/inf (on the device
+            # with the fused optimizer), and lowers its scale
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _recorded(self, batch: Batch, tokens: int, state: TrainState) -> StepFigures:
+        """`step` through the step's CUDA graph (`train.cuda_graphs`): the same update, with a
+        NaN/inf loss skipped on the device on any device (counted when `settle` reads it), as on
+        a GPU's eager step."""
+        self.model.train()
+        ema_weight = 1 - ema_decay(self.cfg.ema_decay, state.step + 1)
+        figures = StepFigures(self.graphs.step(batch, tokens, ema_weight), tokens, state.step,
+                              state.epoch)
+        state.step += 1
+        self.pending.append(figures)
+        return figures
+
+    def settle(self, state: TrainState) -> None:
+        """Read the pending steps' figures on the host, all in one transfer: their losses per
+        token join the log window; a GPU's skipped steps are counted (`skip_bad_loss`).
+
+        Every rank settles at the same steps (log steps, validations, saves), so a stop for too
+        many bad losses happens on all of them at once.
+        """
+        if not self.pending:
+            return
+        pending, self.pending = self.pending, []
+        values = torch.stack([f.sums for f in pending]).tolist()
+        for figures, (nll, bad, loss) in zip(pending, values):
+            if bad:
+                self.skip_bad_loss(state, loss, figures)
+            else:
+                state.window.losses.append(nll / figures.tokens)
+                state.window.tokens += figures.tokens
+
+    def skip_bad_loss(self, state: TrainState, loss: float, figures: StepFigures) -> None:
+        """Count a step whose loss was NaN/inf on some rank (`loss`: summed over the ranks);
+        warn, or stop once more than `max_bad_losses` were skipped."""
+        state.bad_losses += 1
+        most = self.cfg.max_bad_losses
+        where = (f"after step {figures.step}: {loss} loss on a step of {figures.tokens} target "
+                 f"tokens (epoch {figures.epoch})")
+        if state.bad_losses > most:
+            raise TrainingError(f"{where}: {state.bad_losses} batches had a NaN/inf loss, over "
+                                f"train.max_bad_losses ({most}); stopping. "
+                                f"Lower train.lr or raise train.warmup, then --resume or restart")
+        log.warning("%s: skipped (%d of at most %d)", where, state.bad_losses, most)
+
+    def state_dict(self) -> dict:
+        """What a checkpoint needs to resume the updates, beside the weights it saves."""
+        return {
+            # the optimizer's own weights; the checkpoint's "model" holds the EMA when enabled
+            **({"train_model": self.model.state_dict()} if self.ema is not None else {}),
+            "optimizer": plain_numbers(self.optimizer.state_dict()),
+            "scheduler": plain_numbers(self.scheduler.state_dict()),
+            "scaler": self.scaler.state_dict(),
+        }
+
+    def load_state_dict(self, data: dict) -> None:
+        """Weights, optimizer, schedule and scaler from checkpoint `data`."""
+        if self.ema is not None:
+            self.ema.load_state_dict(upgrade_state_dict(data["model"]))
+        self.model.load_state_dict(upgrade_state_dict(data.get("train_model", data["model"])))
+        self.optimizer.load_state_dict(data["optimizer"])
+        restore_lr_tensors(self.optimizer, self.cfg.cuda_graphs)
+        for param, state in self.optimizer.state.items():  # torch checks counts, not shapes
+            for name, value in state.items():
+                if isinstance(value, torch.Tensor) and value.dim() and value.shape != param.shape:
+                    raise ValueError(f"the optimizer's {name} of shape {tuple(value.shape)} does "
+                                     f"not fit a weight of shape {tuple(param.shape)}")
+        self.scheduler.load_state_dict(data["scheduler"])
+        if data["scaler"]:
+            self.scaler.load_state_dict(data["scaler"])
