@@ -21,9 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from translate.config import Recipe, data_from, data_relative_to, recipe_from_dict
+from translate.config import Recipe, recipe_from_dict
 from translate.model_folder import ModelFolderError, is_model_folder, read_model_folder
 from translate.models import build_model
+from translate.run_folder import data_from, data_relative_to
 from translate.tokenizer import Tokenizer
 from translate.tokens import SPECIAL_IDS
 from translate.utils import atomic_write, first_line

@@ -6,6 +6,9 @@ checkpoint the run writes carries the id, so `--resume` takes only the run's own
 that already holds a run is refused unless told to overwrite it, so that no two runs mix their
 logs and checkpoints. `recipe.yaml` is written once, when the run starts; a resumed run reads
 its recipe from its checkpoint.
+A recipe saved in a run folder (recipe.yaml, a checkpoint) names a local data folder relative to
+the run (`data_relative_to`), and reads it back from there (`data_from`), so that a run finds
+its data from any working directory.
 
 `--overwrite` starts over only in a folder whose run.json names a run, and deletes only what
 that run wrote (`owned_files`): its fixed files, the checkpoints that carry its id, the test
@@ -19,6 +22,7 @@ lock when the holder exits or is killed, so a crashed run never leaves a stale l
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -33,7 +37,8 @@ from typing import Iterator
 
 import yaml
 
-from translate.config import Recipe, data_relative_to
+from translate.config import Recipe
+from translate.paths import is_relative, path_from, readable
 from translate.utils import atomic_write
 
 RUN_FILE = "run.json"
@@ -64,6 +69,24 @@ def recipe_text(recipe: Recipe, run_dir: Path) -> str:
     """The recipe as `recipe.yaml` holds it: YAML, a local data folder relative to the run."""
     recipe = data_relative_to(recipe, run_dir)
     return yaml.safe_dump(recipe.to_dict(), sort_keys=False, allow_unicode=True)
+
+
+def data_relative_to(recipe: Recipe, folder: Path) -> Recipe:
+    """The recipe with a local data folder given relative to the working directory rewritten
+    relative to `folder` (a run folder): saved so, a run finds its data from anywhere. Hub
+    names and absolute paths stay as they are."""
+    dataset = recipe.data.dataset
+    if not (is_relative(dataset) and Path(dataset).exists()):
+        return recipe
+    moved = readable(os.path.relpath(os.path.abspath(dataset), os.path.abspath(folder)),
+                     Path(folder), Path(dataset))
+    return dataclasses.replace(recipe, data=dataclasses.replace(recipe.data, dataset=moved))
+
+
+def data_from(recipe: Recipe, folder: Path) -> Recipe:
+    """The inverse of `data_relative_to` for a recipe saved in `folder`."""
+    dataset = path_from(recipe.data.dataset, folder)
+    return dataclasses.replace(recipe, data=dataclasses.replace(recipe.data, dataset=dataset))
 
 
 def owned_files(run_dir: Path) -> list[Path]:

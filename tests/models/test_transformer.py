@@ -118,21 +118,21 @@ def test_a_model_that_cannot_be_allocated_is_a_clear_error():
 @pytest.mark.parametrize("arch, overrides", [
     ("transformer", {}), ("transformer", {"tie_embeddings": False}),
     ("transformer", {"positions": "learned", "encoder_layers": 1, "ffn_dim": 48}),
-    ("transformer", {"qkv_bias": False}),
+    ("transformer", {"qkv_bias": False, "decoder_layers": 2, "activation": "gelu"}),
     ("rnn", {}), ("rnn", {"cell": "lstm", "encoder_layers": 2}),
-    ("rnn", {"tie_embeddings": False, "attn_dim": 24}),
+    ("rnn", {"tie_embeddings": False, "attn_dim": 24, "encoder_layers": 3}),
 ])
 @pytest.mark.parametrize("shared", [True, False])
-def test_the_parameter_estimate_bounds_the_count_without_building(arch, overrides, shared):
-    from translate.models import MODELS, estimate_parameters
+def test_the_config_counts_the_built_models_parameters(arch, overrides, shared):
+    from translate.models import MODELS
 
     small = ({"d_model": 32, "heads": 4, "ffn_dim": 64} if arch == "transformer" else
              {"embed_dim": 32, "encoder_hidden": 24, "decoder_hidden": 40, "attn_dim": 16})
     cfg = MODELS[arch].config(**{**small, **overrides})
-    actual = count_parameters(build_model(cfg, 70, 50 if not shared else 70, shared))
-    estimate = estimate_parameters(cfg, 70, 50 if not shared else 70, shared)
-    exact = overrides.get("qkv_bias", True)  # without Q/K/V biases the estimate is a bound
-    assert estimate == actual if exact else actual < estimate <= actual * 1.1
+    src_vocab, tgt_vocab = 70, 70 if shared else 50
+    model = build_model(cfg, src_vocab, tgt_vocab, shared)
+    assert cfg.parameter_count(src_vocab, tgt_vocab, shared) == \
+        sum(p.numel() for p in model.parameters())
 
 
 def test_a_model_too_large_for_memory_is_refused_before_allocating():

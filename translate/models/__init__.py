@@ -27,7 +27,7 @@ def build_model(cfg, src_vocab: int, tgt_vocab: int, shared_vocab: bool) -> nn.M
     anything, one whose fp32 weights alone would not fit in this machine's memory."""
     if cfg.arch not in MODELS:
         raise ValueError(f"unknown model arch '{cfg.arch}'; valid: {sorted(MODELS)}")
-    weights = 4 * estimate_parameters(cfg, src_vocab, tgt_vocab, shared_vocab)
+    weights = 4 * cfg.parameter_count(src_vocab, tgt_vocab, shared_vocab)
     memory = _physical_memory()
     if memory and weights > memory:
         raise ModelTooLarge(f"the {cfg.arch} model of this recipe has about "
@@ -47,32 +47,6 @@ class ModelTooLarge(ValueError):
     """A model whose weights cannot be allocated."""
 
 
-def estimate_parameters(cfg, src_vocab: int, tgt_vocab: int, shared_vocab: bool) -> int:
-    """The model's parameter count from its config alone (an upper bound, exact for the
-    defaults), without building it: what memory checks need before anything is allocated."""
-    if cfg.arch == "transformer":
-        D, F, P = cfg.d_model, cfg.ffn_dim, cfg.max_positions
-        attention = 4 * D * D + 4 * D
-        ffn = 2 * D * F + D + F
-        layers = (cfg.encoder_layers * (attention + ffn + 4 * D)
-                  + cfg.decoder_layers * (2 * attention + ffn + 6 * D))
-        tied = cfg.tie_embeddings
-        embeddings = (tgt_vocab * D + (0 if tied and shared_vocab else src_vocab * D)
-                      + (2 * P * D if cfg.positions == "learned" else 0))
-        return embeddings + layers + 4 * D + (0 if tied else D * tgt_vocab)
-    if cfg.arch == "rnn":
-        E, He, Hd, A = cfg.embed_dim, cfg.encoder_hidden, cfg.decoder_hidden, cfg.attn_dim
-        gates = 3 if cfg.cell == "gru" else 4
-        encoder = sum(2 * gates * He * ((E if layer == 0 else 2 * He) + He + 2)
-                      for layer in range(cfg.encoder_layers))
-        decoder = (He * Hd + Hd + Hd * A + 2 * He * A + 2 * A
-                   + gates * Hd * (E + 2 * He + Hd + 2) + (Hd + E + 2 * He) * 2 * E + 2 * E)
-        tied = cfg.tie_embeddings
-        embeddings = tgt_vocab * E + (0 if tied and shared_vocab else src_vocab * E)
-        return embeddings + encoder + decoder + (0 if tied else E * tgt_vocab)
-    raise ValueError(f"unknown model arch '{cfg.arch}'")
-
-
 def _physical_memory() -> int:
     """Bytes of RAM on this machine (0 where the platform does not say)."""
     import os
@@ -89,5 +63,4 @@ def count_parameters(model: nn.Module) -> int:
 
 
 __all__ = ["MODELS", "DecoderState", "ModelTooLarge", "RNNConfig", "RNNSeq2Seq", "Seq2Seq",
-           "Transformer", "TransformerConfig", "build_model", "count_parameters",
-           "estimate_parameters"]
+           "Transformer", "TransformerConfig", "build_model", "count_parameters"]

@@ -19,7 +19,7 @@ Shapes: B batch, S source length, T target length, D d_model, V vocabulary.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -34,23 +34,40 @@ ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 @dataclass(frozen=True)
 class TransformerConfig:
+    # The metadata are the values a recipe may give (translate.config.schema says the keys).
     arch: str = "transformer"
-    d_model: int = 256
-    heads: int = 4
-    ffn_dim: int = 1024
-    encoder_layers: int = 3
-    decoder_layers: int = 3
-    dropout: float = 0.1  # on embeddings and every sublayer's output
-    attn_dropout: float = 0.0  # on attention weights
-    activation_dropout: float = 0.0  # on the FFN hidden layer
-    activation: str = "relu"  # relu | gelu
-    positions: str = "sinusoidal"  # sinusoidal | learned
-    max_positions: int = 1024
+    d_model: int = field(default=256, metadata={"min": 1, "max": 65_536})
+    heads: int = field(default=4, metadata={"min": 1, "max": 1024})
+    ffn_dim: int = field(default=1024, metadata={"min": 1, "max": 1 << 20})
+    encoder_layers: int = field(default=3, metadata={"min": 1, "max": 1000})
+    decoder_layers: int = field(default=3, metadata={"min": 1, "max": 1000})
+    # on embeddings and every sublayer's output
+    dropout: float = field(default=0.1, metadata={"below": 1})
+    attn_dropout: float = field(default=0.0, metadata={"below": 1})  # on attention weights
+    # on the FFN hidden layer
+    activation_dropout: float = field(default=0.0, metadata={"below": 1})
+    activation: str = field(default="relu", metadata={"choices": tuple(ACTIVATIONS)})
+    positions: str = field(default="sinusoidal", metadata={"choices": ("sinusoidal", "learned")})
+    max_positions: int = field(default=1024, metadata={"min": 1, "max": 1 << 20})
     # The fast engine computes self-attention's Q, K and V with one matmul (the weights stay
     # three matrices either way).
     fused_qkv: bool = True
     qkv_bias: bool = True
     tie_embeddings: bool = True  # source, target and output share weights (joint vocab only)
+
+    def parameter_count(self, src_vocab: int, tgt_vocab: int, shared_vocab: bool = False) -> int:
+        """The parameters `Transformer(self, src_vocab, tgt_vocab, shared_vocab)` has, each
+        tied tensor once, counted from the config alone (nothing is built)."""
+        D, Dff, P = self.d_model, self.ffn_dim, self.max_positions
+        attention = 4 * D * D + D + (3 * D if self.qkv_bias else 0)  # Q, K, V, out
+        ffn = 2 * D * Dff + Dff + D
+        norm = 2 * D  # LayerNorm's weight and bias
+        encoder = self.encoder_layers * (attention + ffn + 2 * norm)
+        decoder = self.decoder_layers * (2 * attention + ffn + 3 * norm)
+        src = 0 if self.tie_embeddings and shared_vocab else src_vocab * D
+        positions = 2 * P * D if self.positions == "learned" else 0  # one table per side
+        output = 0 if self.tie_embeddings else D * tgt_vocab
+        return tgt_vocab * D + src + positions + encoder + decoder + 2 * norm + output
 
 
 @dataclass

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from translate.checkpoint import (CheckpointError, checkpoint_tokenizer, newest_checkpoint,
                                   read_checkpoint, step_number)
-from translate.config import ConfigError, Recipe, data_from, recipe_from_dict, resume_overrides
-from translate.run_folder import check_own_checkpoint, run_id
+from translate.config import ConfigError, Recipe, recipe_from_dict, resume_overrides
+from translate.run_folder import check_own_checkpoint, data_from, run_id
 from translate.tokenizer import Tokenizer
 
 

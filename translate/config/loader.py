@@ -1,0 +1,173 @@
+"""A recipe read: YAML read safely, `--set` overrides applied, old saved recipes upgraded."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from translate import yaml_limits
+from translate.config.checks import ConfigError, build_section
+from translate.config.schema import SECTIONS, DecodeConfig, Recipe, TokenizerConfig
+from translate.models import MODELS
+from translate.paths import path_from
+
+# Where a tokenizer spec named by a relative path is looked for last: the project's root.
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple = ()) -> Recipe:
+    """Read a recipe YAML (or start from defaults when `path` is None) and apply overrides.
+
+    Args:
+        path: recipe file.
+        overrides: strings like ``"model.encoder_layers=4"``; values are parsed as YAML.
+    """
+    raw: dict = {}
+    where = "defaults"
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"recipe not found: {path}")
+        where = str(path)
+        raw = _read_yaml(path)
+        if not raw:
+            raise ConfigError(f"{path}: the recipe is empty")
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: a recipe is a mapping of sections, "
+                              f"got {type(raw).__name__}")
+        if isinstance(raw.get("data"), dict) and "dataset" in raw["data"]:  # a saved recipe's
+            raw["data"]["dataset"] = path_from(raw["data"]["dataset"], path.parent)
+    for item in overrides:
+        _apply_override(raw, item)
+    return recipe_from_dict(raw, where, base_dir=path.parent if path else Path.cwd())
+
+
+def _read_yaml(path: Path) -> Any:
+    """A YAML file's content via the safe loader (plain values only, never Python objects),
+    with bounded work (`yaml_limits`)."""
+    try:
+        if path.stat().st_size > yaml_limits.MAX_BYTES:
+            raise ConfigError(f"{path}: {path.stat().st_size:,} bytes, over the limit of "
+                              f"{yaml_limits.MAX_BYTES:,} for a recipe")
+        return yaml_limits.safe_load(path.read_text(encoding="utf-8"), str(path))
+    except yaml_limits.YamlLimitError as e:
+        raise ConfigError(str(e)) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML ({problem}{where})") from None
+
+
+def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = None,
+                     resolved: bool = False) -> Recipe:
+    """Build a Recipe from a plain dict, checking every key and type.
+
+    `resolved` marks a recipe saved by a run (checkpoint, recipe.yaml): its tokenizer fields are
+    already filled in, so `tokenizer.spec` is only a note and is not read again.
+    """
+    unknown = set(raw) - {"data", "tokenizer", "model", "train", "decode"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown section(s) {sorted(unknown, key=str)}; valid: "
+                          "['data', 'decode', 'model', 'tokenizer', 'train']")
+    if resolved:
+        raw = upgrade_recipe(raw)
+    sections = {}
+    for name, cls in SECTIONS.items():
+        values = dict(_section(raw, name, where))
+        if name == "tokenizer" and values.get("spec") and not resolved:
+            values = _merge_spec(values, where, base_dir)
+        sections[name] = build_section(cls, values, f"{where}: {name}")
+    model_raw = dict(_section(raw, "model", where))
+    arch = model_raw.get("arch", "transformer")
+    if not isinstance(arch, str) or arch not in MODELS:
+        raise ConfigError(f"{where}: model.arch {arch!r} is unknown; valid: {sorted(MODELS)}")
+    sections["model"] = build_section(MODELS[arch].config, model_raw, f"{where}: model")
+    return Recipe(**sections)
+
+
+def upgrade_recipe(raw: dict) -> dict:
+    """A recipe saved before validation had its own beam (`train.valid_beam`): its decode.beam
+    was validation's, usually greedy; it becomes valid_beam, and decode.beam takes today's
+    default, so that `translate decode` on an older run searches with a beam of 5 too."""
+    train, decode = raw.get("train"), raw.get("decode")
+    if not isinstance(train, dict) or not isinstance(decode, dict) or "valid_beam" in train:
+        return raw
+    return {**raw, "train": {**train, "valid_beam": decode.get("beam", 1)},
+            "decode": {**decode, "beam": DecodeConfig.beam}}
+
+
+def _section(raw: dict, name: str, where: str) -> dict:
+    value = raw.get(name) or {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: section '{name}' must be a mapping, got {value!r}")
+    return value
+
+
+def _merge_spec(values: dict, where: str, base_dir: Path | None) -> dict:
+    """Fill tokenizer fields from a spec file; keys given in the recipe win."""
+    if not isinstance(values["spec"], str):
+        raise ConfigError(f"{where}: tokenizer.spec: expected a file path, got {values['spec']!r}")
+    spec = Path(values["spec"])
+    candidates = [spec] if spec.is_absolute() else [Path.cwd() / spec, *(
+        [base_dir / spec] if base_dir else []), PROJECT / spec]
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise ConfigError(f"{where}: tokenizer spec not found: {str(spec)!r}")
+    spec_values = _read_yaml(found) or {}
+    if not isinstance(spec_values, dict):
+        raise ConfigError(f"{found}: a tokenizer spec is a mapping")
+    build_section(TokenizerConfig, spec_values, str(found))  # validates the spec's own keys
+    # The spec's keys are now in the recipe: a saved recipe needs no file (spec is dropped).
+    return {**spec_values, **values, "spec": None}
+
+
+def _apply_override(raw: dict, item: str) -> None:
+    """Apply one ``section.key=value`` override in place (value parsed as YAML)."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like section.key=value")
+    dotted, text = item.split("=", 1)
+    keys = dotted.strip().split(".")
+    if len(keys) < 2 or not all(keys):
+        raise ConfigError(f"override {item!r}: the key must be section.key, e.g. model.d_model=512")
+    try:
+        value = yaml_limits.safe_load(text, f"override {dotted.strip()}") if text.strip() else ""
+    except yaml_limits.YamlLimitError as e:
+        raise ConfigError(str(e)) from None
+    except yaml.YAMLError:
+        value = text
+    node = raw
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {item!r}: {key!r} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+# Train keys that `translate train --resume` may change: when to stop, validate, save and log.
+# Everything else (model, data, tokenizer, optimisation) shapes the weights and stays as trained.
+RESUME_KEYS = ("max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
+               "patience", "keep_last", "save_every", "log_every", "threads", "max_bad_losses",
+               "monitor_splits", "engine", "valid_beam", "keep_freed_memory", "cuda_graphs",
+               "loss_chunk")
+
+
+def resume_overrides(raw: dict, overrides: list[str] | tuple = ()) -> dict:
+    """A run's saved recipe (a dict) with `--set` overrides applied; only the train keys a
+    resumed run may change (RESUME_KEYS) are accepted."""
+    raw = copy.deepcopy(raw)
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key not in {f"train.{k}" for k in RESUME_KEYS}:
+            raise ConfigError(f"--set {key!r}: a resumed run keeps its recipe; only these train "
+                              f"keys may change: {', '.join(RESUME_KEYS)}")
+        _apply_override(raw, item)
+    return raw
