@@ -23,11 +23,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from translate.batching import Batch, TokenBatches, collate, token_batches
 from translate.checkpoint import (check_free_space, checkpoint_bytes, save_checkpoint,
                                   step_number, upgrade_state_dict)
 from translate.config import ConfigError, Recipe
-from translate.data import load_split
+from translate.data.batch import Batch, TokenBatches, collate, token_batches
+from translate.data.read import load_split
 from translate.engine import engine_note, resolve_engine
 from translate.metrics import LogWindow, MetricsLog
 from translate.models import build_model, count_parameters
