@@ -50,6 +50,17 @@ def export(rev: str, name: str, into: Path) -> None:
         path.write_text(text, encoding="utf-8")
 
 
+def first_module(name: str, *places: str):
+    """The first of `places` (dotted paths inside the exported package `name`) that its revision
+    has: the layout moved, e.g. `load_split` from `data` to `data.read`."""
+    for place in places[:-1]:
+        try:
+            return importlib.import_module(f"{name}.{place}")
+        except ModuleNotFoundError:
+            continue
+    return importlib.import_module(f"{name}.{places[-1]}")
+
+
 def decoder(name: str, checkpoint: str, precision: str, engine: str):
     """(translate(sentences, cfg) -> translations, loaded checkpoint) for the exported package
     `name`, its model prepared for `precision` as `translate decode` prepares it."""
@@ -110,7 +121,7 @@ def main() -> None:
     for label, rev in (("A", args.rev_a), ("B", args.rev_b)):
         names[label] = f"translate_{label.lower()}"
         export(rev, names[label], tmp)
-    data = importlib.import_module(f"{names['A']}.data")
+    data = first_module(names["A"], "data.read", "data")
     config = importlib.import_module(f"{names['A']}.config")
     report = {"rev_a": args.rev_a, "rev_b": args.rev_b, "engine": args.engine, "results": {}}
     for precision in args.precisions.split(","):

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ab_decode import ROOT, export, speeds  # noqa: E402
+from ab_decode import ROOT, export, first_module, speeds  # noqa: E402
 
 RECIPE = "recipes/multi30k/transformer.yaml"
 
@@ -126,10 +126,8 @@ def main() -> None:
     names = {"A": "translate_a", "B": "translate_b"}
     for label, rev in (("A", args.rev_a), ("B", args.rev_b)):
         export(rev, names[label], tmp)
-    try:  # where collate lives: translate.batching, or translate.data before it was split out
-        batching = importlib.import_module(f"{names['A']}.batching")
-    except ModuleNotFoundError:
-        batching = importlib.import_module(f"{names['A']}.data")
+    # where collate lives: translate.data.batch, translate.batching, or translate.data before
+    batching = first_module(names["A"], "data.batch", "batching", "data")
     report = {"rev_a": args.rev_a, "rev_b": args.rev_b, "device": args.device, "results": {}}
     for precision in args.precisions.split(","):
         trainers = {}

@@ -10,7 +10,7 @@ figures measure the pipeline, not tokenizer training. Each measurement runs in a
 so its peak RSS (VmHWM) is its own; the encoding workers' figure is `ru_maxrss` over them, an
 upper bound (it counts what the measuring process held when it started them):
 
-  cold        encode the train split onto disk (`translate.corpus`, cache empty, --num-proc
+  cold        encode the train split onto disk (`translate.data.cache`, cache empty, --num-proc
               worker processes), filter lengths, build the epoch's token batches
   warm        the same with the encoded corpus in place: what `translate train` does before its
               first step on an already-encoded corpus
@@ -64,9 +64,10 @@ def measure(corpus: Path, tokenizer: Path, cache: Path, num_proc: int = 2) -> di
     """One measurement (run in a child process): seconds per stage and peak RSS."""
     import torch
 
-    from translate.batching import filter_lengths, token_batches
     from translate.config import DataConfig
-    from translate.corpus import encoded_corpus
+    from translate.data.batch import token_batches
+    from translate.data.cache import encoded_corpus
+    from translate.data.encode import filter_lengths
     from translate.tokenizer import Tokenizer
 
     torch.set_num_threads(2)
@@ -179,7 +180,7 @@ def main() -> None:
     tokenizer = args.work / "spm.model"
     if not tokenizer.is_file():
         from translate.config import DataConfig, TokenizerConfig
-        from translate.data import load_split
+        from translate.data.read import load_split
         from translate.tokenizer import train_sentencepiece
 
         src, tgt = load_split(DataConfig(dataset=str(corpora[min(sizes)])), "train")

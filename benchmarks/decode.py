@@ -65,15 +65,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from translate.batching import pad
 from translate.checkpoint import Loaded, load_checkpoint
 from translate.config import DecodeConfig
-from translate.data import load_split
+from translate.data.batch import length_batches, pad
+from translate.data.read import load_split
 from translate.engine import FAST, GPU, PLAIN, Engine
 from translate.export.ct2 import to_ctranslate2, vocabulary
 from translate.export.hf import to_pegasus
 from translate.fast import accelerate, quantize_int8
-from translate.inference import length_batches, translate_sentences
+from translate.inference import translate_sentences
 from translate.models.transformer import Transformer
 from translate.scoring import score
 from translate.tokenizer import Tokenizer

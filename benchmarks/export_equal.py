@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from translate.checkpoint import load_checkpoint
-from translate.data import load_split
+from translate.data.read import load_split
 from translate.engine import resolve_engine
 from translate.export import export
 from translate.export.ct2 import decode

@@ -9,8 +9,8 @@
 
 The recipe's data are prepared as `translate train` prepares them (its tokenizer trained, the
 train split cleaned, encoded and length-filtered), and one epoch's batches are built by
-`translate.batching.token_batches`, which orders pairs by target, then source length. A width w > 1
-orders by target length rounded up to a multiple of w, then source length: coarser target
+`translate.data.batch.token_batches`, which orders pairs by target, then source length. A width
+w > 1 orders by target length rounded up to a multiple of w, then source length: coarser target
 buckets with sources sorted inside them, the usual trade of target padding for source padding.
 A padded target token costs about twice a source token (decoder layers and the output layer
 against encoder layers), so the figure to watch is the weighted waste printed last.
@@ -36,8 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-from translate.batching import EncodedPairs, round_up, token_batches
 from translate.config import load_recipe
+from translate.data.batch import round_up, token_batches
+from translate.data.encode import EncodedPairs
 from translate.tokenizer import SubwordSampler, Tokenizer
 from translate.training import prepare_data
 

@@ -83,7 +83,7 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from translate.config import DataConfig
-    from translate.data import load_split
+    from translate.data.read import load_split
     from translate.serve.server import running
     from translate.utils import cpu_name
 

@@ -46,10 +46,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from translate.batching import collate, encode_pairs, iterate_batches, token_batches
 from translate.config import DataConfig, TokenizerConfig, TrainConfig
-from translate.data import load_split
-from translate.encoding import clean_text_pairs
+from translate.data.batch import collate, iterate_batches, token_batches
+from translate.data.clean import clean_text_pairs
+from translate.data.encode import encode_pairs
+from translate.data.read import load_split
 from translate.engine import FAST, PLAIN
 from translate.models import TransformerConfig, build_model, count_parameters
 from translate.tokenizer import Tokenizer

@@ -43,7 +43,7 @@ def expect(minutes: float) -> str:
 
 def show(run_dir: Path, n: int = 3) -> str:
     from translate import Translator
-    from translate.data import load_split
+    from translate.data.read import load_split
 
     translator = Translator.load(run_dir)
     sources, references = load_split(translator.recipe.data, "test_2016_flickr")

@@ -22,9 +22,9 @@ import torch
 
 from translate.analysis.attention import attention_maps, record_attention
 from translate.analysis.plots import pyplot, save_figure
-from translate.batching import pad
 from translate.checkpoint import load_checkpoint
-from translate.data import load_split
+from translate.data.batch import pad
+from translate.data.read import load_split
 from translate.evaluation import evaluate_split
 from translate.models import attention
 from translate.models.attention import CROSS, DECODER_SELF, ENCODER_SELF

@@ -1,13 +1,14 @@
-"""Encoded sentences and their batches: flat token arrays, the length rules, batching by tokens."""
+"""Encoded sentences and their batches: flat token arrays, the length rules, batching by tokens
+(for training and for decoding)."""
 
 import numpy as np
 import pytest
 import torch
 
-from translate.batching import (EncodedPairs, TokenArray, collate, encode_pairs, filter_lengths,
-                                pad, token_batches)
 from translate.config import TokenizerConfig
-from translate.encoding import CleanStats
+from translate.data.batch import collate, length_batches, pad, token_batches
+from translate.data.clean import CleanStats
+from translate.data.encode import EncodedPairs, TokenArray, encode_pairs, filter_lengths
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD
 from conftest import RECIPES, RNN_TINY_OVERRIDES, TINY_OVERRIDES, read_jsonl
@@ -55,6 +56,31 @@ def test_a_sentence_over_the_budget_gets_a_batch_of_its_own():
     batches = token_batches([5, 50, 6], [5, 60, 6], 40, shuffle=False)
     assert [b.tolist() for b in batches] == [[0, 2], [1]]
     assert len(token_batches(np.zeros(0, np.int32), np.zeros(0, np.int32), 40, True)) == 0
+
+
+def longest_first_batches(lengths: list[int], max_tokens: int, max_sentences: int
+                          ) -> list[list[int]]:
+    """Decoding's rule written plainly: sort by length, longest first (ties in input order), then
+    fill each batch while (sentences) x (its first, longest) stays within the budget and, when
+    `max_sentences` > 0, the batch under that many sentences."""
+    batches, current = [], []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        full = 0 < max_sentences <= len(current)
+        if current and (full or lengths[current[0]] * (len(current) + 1) > max_tokens):
+            batches.append(current)
+            current = []
+        current.append(i)
+    return batches + ([current] if current else [])
+
+
+@pytest.mark.parametrize("max_tokens, max_sentences", [(120, 0), (120, 3), (20, 0), (10 ** 9, 64),
+                                                       (1, 0)])
+def test_decoding_batches_follow_the_same_cutter_longest_first(max_tokens, max_sentences):
+    lengths = np.random.default_rng(max_tokens + max_sentences).integers(1, 40, 300).tolist()
+    batches = length_batches(lengths, max_tokens, max_sentences)
+    assert batches == longest_first_batches(lengths, max_tokens, max_sentences)
+    assert all(type(i) is int for batch in batches for i in batch)
+    assert length_batches([], max_tokens, max_sentences) == []
 
 
 def test_token_array_holds_sentences_flat():

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import read_jsonl
-from translate.batching import encode_pairs
 from translate.config import TokenizerConfig
+from translate.data.encode import encode_pairs
 from translate.tokenizer import Tokenizer
 
 _spec = importlib.util.spec_from_file_location(

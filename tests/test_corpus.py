@@ -13,12 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from translate import corpus as corpus_module
-from translate.batching import encode_pairs
 from translate.config import DataConfig, TokenizerConfig
-from translate.corpus import encoded_corpus, sample_pairs
-from translate.data import DataError, load_split
-from translate.encoding import clean_text_pairs
+from translate.data import DataError
+from translate.data import cache as cache_module
+from translate.data.cache import encoded_corpus, sample_pairs
+from translate.data.clean import clean_text_pairs
+from translate.data.encode import encode_pairs
+from translate.data.read import load_split
 from translate.tokenizer import Tokenizer
 from conftest import read_jsonl
 
@@ -62,7 +63,7 @@ def test_encoded_once_then_mapped_without_reading_text(data, tmp_path, tokenizer
     def no_text(*args, **kwargs):
         raise AssertionError("the text was read again")
 
-    monkeypatch.setattr(corpus_module, "read_chunks", no_text)
+    monkeypatch.setattr(cache_module, "read_chunks", no_text)
     mapped = encoded_corpus(cfg, "train", tokenizer)
     assert mapped.key == built.key and as_lists(mapped.pairs) == as_lists(built.pairs)
     assert entries(tmp_path / "cache") == [built.key]
@@ -70,7 +71,7 @@ def test_encoded_once_then_mapped_without_reading_text(data, tmp_path, tokenizer
 
 def test_worker_processes_write_the_same_bytes_as_one_process(data, tmp_path, tokenizer,
                                                                monkeypatch):
-    monkeypatch.setattr(corpus_module, "CHUNK_PAIRS", 300)  # 7 chunks, so the workers share them
+    monkeypatch.setattr(cache_module, "CHUNK_PAIRS", 300)  # 7 chunks, so the workers share them
     one = encoded_corpus(config(data, tmp_path / "one"), "train", tokenizer, num_proc=1)
     two = encoded_corpus(config(data, tmp_path / "two"), "train", tokenizer, num_proc=2)
     for name in ("src.ids", "src.offsets", "src.lengths", "tgt.ids", "tgt.offsets", "tgt.lengths"):
@@ -106,8 +107,8 @@ def test_a_damaged_entry_is_encoded_again(data, tmp_path, tokenizer, caplog):
 FULL_DISK = """
 import resource, signal, sys
 from translate.config import DataConfig
-from translate.corpus import encoded_corpus
 from translate.data import DataError
+from translate.data.cache import encoded_corpus
 from translate.tokenizer import Tokenizer
 model = open(sys.argv[2], "rb").read()
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, as on a full disk
@@ -129,6 +130,16 @@ def test_a_full_disk_leaves_no_entry_behind(data, tmp_path, tokenizer):
     assert "could not write the encoded corpus" in out.stdout and "File too large" in out.stdout
     assert entries(cache) == []  # neither an entry nor its temporary folder
     assert len(encoded_corpus(config(data, cache), "train", tokenizer).pairs) == 2000
+
+
+def test_the_encoding_workers_start_without_torch():
+    """A worker process imports `translate.data.encode` (and the steps before it it needs): no
+    torch and no model code, so it starts in a fraction of a second."""
+    code = ("import sys, translate.data.encode; "
+            "print(sorted(m for m in sys.modules if m in ('torch', 'translate.config')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_a_dead_process_temporary_folder_is_removed(data, tmp_path, tokenizer):

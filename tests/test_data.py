@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 
 from translate.config import DataConfig
-from translate.data import DataError, load_split
-from translate.encoding import clean_text_pairs, flatten
+from translate.data import DataError
+from translate.data.clean import clean_text_pairs
+from translate.data.encode import flatten
+from translate.data.read import load_split
 from translate.tokens import EOS
 
 PAIRS = [{"en": "A dog runs.", "de": "Ein Hund rennt."}, {"en": "Two cats.", "de": "Zwei Katzen."}]

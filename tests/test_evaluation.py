@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from translate.checkpoint import load_checkpoint
 from translate.cli import main
-from translate.data import load_split
+from translate.data.read import load_split
 from translate.engine import resolve_engine
 from translate.evaluation import evaluate_split
 from translate.inference import decoding_model, translate_sentences

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from conftest import TINY_OVERRIDES, poison_loss, ready_to_step, step
-from translate.batching import collate, encode_pairs
 from translate.config import load_recipe
-from translate.data import load_split
+from translate.data.batch import collate
+from translate.data.encode import encode_pairs
+from translate.data.read import load_split
 from translate.metrics import MetricsLog
 
 pytestmark = pytest.mark.gpu
@@ -173,8 +174,8 @@ def test_the_gpu_engines_beam_search_reads_the_device_every_few_steps(trained_ru
     """translate.gpu.search: a handful of host reads per batch against the textbook search's
     several a step, and the same translations."""
     from translate import gpu, search
-    from translate.batching import pad
     from translate.checkpoint import load_checkpoint
+    from translate.data.batch import pad
     from translate.search import output_limits
 
     loaded = load_checkpoint(trained_run.run_dir)

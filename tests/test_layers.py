@@ -1,6 +1,6 @@
 """The package's import contracts (setup.cfg, [importlinter]): lower layers never import higher
-ones, the model code imports no tokenizer, SentencePiece or fast engine, and only
-translate.engine imports the fast engine."""
+ones, a step of the data path never imports a later one, the model code imports no tokenizer,
+SentencePiece or fast engine, and only translate.engine imports the fast engine."""
 
 import os
 import shutil
@@ -39,12 +39,12 @@ def add_import(module: Path, statement: str) -> None:
 def test_the_package_keeps_its_import_contracts():
     result = lint(REPO)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 kept, 0 broken" in result.stdout
+    assert "4 kept, 0 broken" in result.stdout
 
 
 @pytest.mark.parametrize("lower, higher", [
     ("models/transformer.py", "translate.training"),
-    ("data.py", "translate.cli"),
+    ("data/read.py", "translate.cli"),
     ("tokenizer.py", "translate.analysis.compare"),
     ("search.py", "translate.evaluation"),
 ])
@@ -55,6 +55,18 @@ def test_a_lower_layer_importing_a_higher_one_breaks_the_layers(package_copy, lo
     assert result.returncode == 1
     assert "Each layer imports only the layers below it BROKEN" in result.stdout
     assert f"{module} -> {higher}" in result.stdout
+
+
+@pytest.mark.parametrize("earlier, later", [("read.py", "translate.data.clean"),
+                                             ("encode.py", "translate.data.cache"),
+                                             ("cache.py", "translate.data.batch")])
+def test_a_step_of_the_data_path_importing_a_later_one_breaks_its_order(package_copy, earlier,
+                                                                       later):
+    add_import(package_copy / "translate/data" / earlier, f"import {later}")
+    result = lint(package_copy)
+    assert result.returncode == 1
+    assert "Each step of the data path imports only the steps before it BROKEN" in result.stdout
+    assert f"translate.data.{Path(earlier).stem} -> {later}" in result.stdout
 
 
 def test_the_model_code_importing_sentencepiece_breaks_the_textbook_contract(package_copy):

@@ -5,8 +5,8 @@ from dataclasses import dataclass, replace
 import pytest
 import torch
 
-from translate.batching import pad
 from translate.config import DecodeConfig
+from translate.data.batch import pad
 from translate.inference import decode_sentences, translate_sentences
 from translate.models import RNNConfig, TransformerConfig, build_model
 from translate.search import beam_search, greedy_search, length_penalty, top_candidates

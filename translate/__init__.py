@@ -1,7 +1,7 @@
 """translate: encoder-decoder machine translation in PyTorch.
 
 The names below load on first use, so that importing one light module (as the encoding worker
-processes do with `translate.encoding`) does not import torch and the models.
+processes do with `translate.data.encode`) does not import torch and the models.
 """
 
 import importlib

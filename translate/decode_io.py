@@ -15,7 +15,8 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import BinaryIO, Iterator, TextIO
 
-from translate.data import DataError, iter_lines
+from translate.data import DataError
+from translate.data.read import iter_lines
 from translate.utils import atomic_write
 
 

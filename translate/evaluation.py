@@ -87,7 +87,7 @@ def score_checkpoint(checkpoint: str, splits: Sequence[str] = (), data_path: str
     recipe's test splits), read from `data_path` instead of the recipe's dataset if given.
     Unset decoding options come from the recipe."""
     from translate.config import decode_options
-    from translate.data import load_split
+    from translate.data.read import load_split
 
     ready = ready_checkpoint(checkpoint, data_path, device, precision, engine)
     decode_cfg = decode_options(ready.loaded.recipe.decode, beam=beam, lenpen=lenpen,

@@ -14,31 +14,14 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from translate.batching import pad
 from translate.config import DecodeConfig
+from translate.data.batch import length_batches, pad
 from translate.engine import PLAIN, Engine, engine_note
 from translate.search import Hypothesis, output_limits
 from translate.tokenizer import Tokenizer
 from translate.utils import autocast, resolve_precision
 
 log = logging.getLogger(__name__)
-
-
-def length_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int = 0
-                   ) -> list[list[int]]:
-    """Indices sorted by length (longest first), cut so each batch has <= max_tokens tokens
-    (padded) and, when max_sentences > 0, at most that many sentences."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches, current = [], []
-    for i in order:
-        full = 0 < max_sentences <= len(current)
-        if current and (full or lengths[current[0]] * (len(current) + 1) > max_tokens):
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
 
 
 @dataclass

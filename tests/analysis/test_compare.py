@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from translate.analysis.attention import attention_maps, record_attention
 from translate.analysis.compare import pick_sentences
 from translate.analysis.report import markdown_table
-from translate.batching import pad
 from translate.checkpoint import load_checkpoint
 from translate.cli import main
+from translate.data.batch import pad
 from translate.inference import translate_sentences
 from translate.scoring import bleu_by_length, score
 from translate.tokens import BOS

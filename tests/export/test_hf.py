@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from tests.conftest import read_jsonl
-from translate.batching import pad
 from translate.checkpoint import load_checkpoint
+from translate.data.batch import pad
 from translate.export import ExportError, export
 from translate.models import TransformerConfig, build_model
 from translate.search import greedy_search

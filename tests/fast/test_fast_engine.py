@@ -95,7 +95,8 @@ def training_step(engine, model, batch):
 def test_fast_training_step_equals_the_plain_one(run, request):
     """One step of the trained model on real text: the same loss and gradients, within
     float rounding, from the fast engine's modules and loss as from the plain ones."""
-    from translate.batching import collate, encode_pairs
+    from translate.data.batch import collate
+    from translate.data.encode import encode_pairs
 
     loaded = load_checkpoint(request.getfixturevalue(run).run_dir)
     texts = ["A man rides a bike .", "Two dogs play in the snow ."]

@@ -7,9 +7,9 @@ import sacrebleu
 import torch
 from click.testing import CliRunner
 
-from translate.batching import pad
 from translate.checkpoint import load_checkpoint
 from translate.cli import main
+from translate.data.batch import pad
 from translate.engine import FAST
 from translate.fast import quantize_int8
 from translate.fast.linear import PackedLinear

@@ -10,8 +10,8 @@ import torch
 
 from test_search import ToyModel, small_models, A, B
 from translate import gpu, search
-from translate.batching import pad
 from translate.checkpoint import load_checkpoint
+from translate.data.batch import pad
 from translate.engine import GPU, PLAIN, resolve_engine
 from translate.inference import decode_sentences
 from translate.search import output_limits

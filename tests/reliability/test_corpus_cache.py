@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from test_corpus import data, tokenizer  # noqa: F401 (fixtures: a copy of the sample, a model)
-from translate import corpus as corpus_module
 from translate.config import DataConfig
-from translate.corpus import encoded_corpus
 from translate.data import DataError
+from translate.data import cache as cache_module
+from translate.data.cache import encoded_corpus
 
 
 def entries(cache: Path) -> list[Path]:
@@ -31,7 +31,7 @@ def test_a_file_rewritten_while_encoded_is_refused_and_never_cached(data, tmp_pa
                            "train", tokenizer, num_proc=1)
     train = data / "train.jsonl"
     original = train.read_bytes()
-    real = corpus_module.read_chunks
+    real = cache_module.read_chunks
 
     def read_then_rewrite(*args):
         for i, chunk in enumerate(real(*args)):
@@ -47,8 +47,8 @@ def test_a_file_rewritten_while_encoded_is_refused_and_never_cached(data, tmp_pa
                     f.write(changed)
                     f.truncate()
 
-    monkeypatch.setattr(corpus_module, "CHUNK_PAIRS", 300)
-    monkeypatch.setattr(corpus_module, "read_chunks", read_then_rewrite)
+    monkeypatch.setattr(cache_module, "CHUNK_PAIRS", 300)
+    monkeypatch.setattr(cache_module, "read_chunks", read_then_rewrite)
     cache = tmp_path / "cache"
     cfg = DataConfig(dataset=str(data), cache_dir=str(cache))
     with pytest.raises(DataError, match="train.jsonl changed while it was being encoded; "
@@ -56,7 +56,7 @@ def test_a_file_rewritten_while_encoded_is_refused_and_never_cached(data, tmp_pa
         encoded_corpus(cfg, "train", tokenizer, num_proc=1)
     assert entries(cache) == []
     train.write_bytes(original)  # restored: the next run encodes it as a clean run does
-    monkeypatch.setattr(corpus_module, "read_chunks", real)
+    monkeypatch.setattr(cache_module, "read_chunks", real)
     again = encoded_corpus(cfg, "train", tokenizer, num_proc=1)
     assert again.key == clean.key and len(again.pairs) == len(clean.pairs) == 2000
     assert again.stats == clean.stats and as_lists(again.pairs) == as_lists(clean.pairs)

@@ -24,7 +24,8 @@ from translate.checkpoint import (CheckpointError, load_checkpoint, read_checkpo
                                   write_checkpoint)
 from translate.cli import main
 from translate.config import ConfigError
-from translate.data import DataError, load_split
+from translate.data import DataError
+from translate.data.read import load_split
 from translate.run_folder import RunFolderError, locked
 
 FUZZ = settings(max_examples=30, deadline=None, database=None,

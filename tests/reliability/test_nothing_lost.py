@@ -19,7 +19,7 @@ from limits import within
 from translate.checkpoint import read_checkpoint, write_checkpoint
 from translate.cli import main
 from translate.config import DataConfig
-from translate.data import load_split
+from translate.data.read import load_split
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -45,7 +45,7 @@ def trainer(recipe_path, small_data, tmp_path):
 
 
 def first_batches(trainer, n=1):
-    from translate.batching import collate
+    from translate.data.batch import collate
 
     return [collate([trainer.batcher.pairs.src[i] for i in idx],
                     [trainer.batcher.pairs.tgt[i] for i in idx])

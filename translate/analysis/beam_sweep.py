@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 from translate.analysis.plots import pyplot, save_figure
 from translate.analysis.report import markdown_table
 from translate.config import ConfigError, decode_options
-from translate.data import load_split
+from translate.data.read import load_split
 from translate.evaluation import evaluate_split, ready_checkpoint
 from translate.inference import translate_sentences
 

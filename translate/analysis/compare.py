@@ -23,7 +23,7 @@ from translate.analysis.plots import (MetricsError, plot_dev_curves, plot_heatma
                                       plot_length_buckets, pyplot, read_metrics)
 from translate.analysis.report import render_report
 from translate.checkpoint import CheckpointError, Loaded, load_checkpoint
-from translate.data import load_split, resolve_dataset
+from translate.data.read import load_split, resolve_dataset
 from translate.engine import Engine, resolve_engine
 from translate.evaluation import evaluate_split
 from translate.inference import decoding_model, translate_sentences

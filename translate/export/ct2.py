@@ -46,8 +46,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from translate.batching import pad
 from translate.config import DecodeConfig
+from translate.data.batch import pad
 from translate.export import transformer_only
 from translate.search import output_limits
 from translate.tokenizer import Tokenizer

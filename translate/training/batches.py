@@ -9,7 +9,8 @@ from typing import Optional
 
 import numpy as np
 
-from translate.batching import Batch, EncodedPairs, TokenBatches, collate, token_batches
+from translate.data.batch import Batch, TokenBatches, collate, token_batches
+from translate.data.encode import EncodedPairs
 from translate.config import Recipe, TrainConfig
 from translate.tokenizer import SubwordSampler, Tokenizer
 from translate.training.distributed import World, all_sum

@@ -29,8 +29,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from translate.batching import Batch
 from translate.config import ConfigError, Recipe
+from translate.data.batch import Batch
 from translate.training.batch_loss import BatchLoss
 from translate.training.optim import step_unless
 

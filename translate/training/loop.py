@@ -10,9 +10,9 @@ import signal
 import time
 from pathlib import Path
 
-from translate.batching import TokenBatches
 from translate.checkpoint import save_checkpoint
 from translate.config import Recipe
+from translate.data.batch import TokenBatches
 from translate.metrics import LogWindow, MetricsLog
 from translate.training.distributed import World, agree, any_rank, from_main_numbers
 from translate.training.batches import TrainBatcher

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from translate.batching import EncodedPairs, encode_pairs, filter_lengths
-from translate.config import DataConfig, Recipe
-from translate.corpus import encoded_corpus, sample_pairs
-from translate.data import DataError, load_split, resolve_dataset
-from translate.encoding import CleanStats, clean_text_pairs
+from translate.config import DataConfig, Recipe, TokenizerConfig
+from translate.data import DataError
+from translate.data.cache import encoded_corpus, sample_pairs
+from translate.data.clean import CleanStats, clean_text_pairs
+from translate.data.encode import EncodedPairs, encode_pairs, filter_lengths
+from translate.data.read import load_split, resolve_dataset
 from translate.tokenizer import Tokenizer
 from translate.training.distributed import World, main_first, on_main
 
@@ -33,7 +34,7 @@ class TrainingData:
     tokenizer: Tokenizer
     train: EncodedPairs
     dev: DevSplit
-    corpus_key: str = ""  # the encoded train split's content and tokenizer (translate.corpus)
+    corpus_key: str = ""  # the encoded train split's content and tokenizer (translate.data.cache)
 
 
 def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] = None,
@@ -42,11 +43,11 @@ def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] =
     is given (resuming); encode the train split onto disk, or map an earlier encoding of it;
     filter lengths; read the dev split. Across processes rank 0 does each piece of work first;
     the other ranks get its tokenizer and map the corpus it wrote."""
-    cfg = recipe.data
+    cfg, tok = recipe.data, recipe.tokenizer
     log.info("dataset: %s (%s -> %s)", resolve_dataset(cfg), cfg.src_lang, cfg.tgt_lang)
     if tokenizer is None:
-        tokenizer = on_main(lambda: train_tokenizer(recipe, run_dir, progress), world)
-    tok = recipe.tokenizer
+        tokenizer = on_main(lambda: train_tokenizer(cfg, tok, recipe.train.seed, run_dir,
+                                                    progress), world)
     sampling = "" if tok.sampling_alpha is None else (
         f"; subword sampling, alpha {tok.sampling_alpha:g}, nbest {tok.sampling_nbest or 'all'}")
     log.info("tokenizer: %s %d pieces (%s)%s", tok.model_type, tokenizer.tgt_vocab_size,
@@ -63,26 +64,26 @@ def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] =
     if not len(train):
         raise DataError(f"{resolve_dataset(cfg)}: no training pair is left after cleaning and "
                         f"the length filter (data.max_len {cfg.max_len})")
-    return TrainingData(tokenizer, train, read_dev(recipe, tokenizer), corpus.key)
+    return TrainingData(tokenizer, train, read_dev(cfg, tokenizer), corpus.key)
 
 
-def train_tokenizer(recipe: Recipe, run_dir: Path, progress: bool = False) -> Tokenizer:
-    """SentencePiece trained on up to `tokenizer.max_sentences` sentences drawn from the train
-    split (or the recipe's `tokenizer.model`), saved into `run_dir`."""
-    cfg, tok = recipe.data, recipe.tokenizer
+def train_tokenizer(cfg: DataConfig, tok: TokenizerConfig, seed: int, run_dir: Path,
+                    progress: bool = False) -> Tokenizer:
+    """SentencePiece trained on up to `tok.max_sentences` sentences drawn from the train split
+    (or the recipe's `tokenizer.model`), saved into `run_dir`."""
     if tok.model:
         tokenizer = given_tokenizer(tok.model, tok.joint)
         tokenizer.save(run_dir, cfg.src_lang, cfg.tgt_lang)
         return tokenizer
     src, tgt, stats = sample_pairs(cfg, "train", tok.max_sentences // (2 if tok.joint else 1),
-                                   recipe.train.seed, progress)
+                                   seed, progress)
     if not src:
         raise no_usable_pairs(cfg, stats)
     sentences = len(src) + len(tgt) if tok.joint else f"{len(src)} + {len(tgt)}"
     log.info("training SentencePiece (%s, %d pieces%s) on %s sentences", tok.model_type,
              tok.vocab_size, ", joint" if tok.joint else "", sentences)
     start = time.perf_counter()
-    tokenizer = Tokenizer.train(src, tgt, tok, recipe.train.seed)
+    tokenizer = Tokenizer.train(src, tgt, tok, seed)
     log.info("SentencePiece trained in %.1f s", time.perf_counter() - start)
     tokenizer.save(run_dir, cfg.src_lang, cfg.tgt_lang)
     return tokenizer
@@ -109,9 +110,8 @@ def no_usable_pairs(cfg: DataConfig, stats: CleanStats) -> DataError:
                      f"{stats.no_letters} without letters)")
 
 
-def read_dev(recipe: Recipe, tokenizer: Tokenizer) -> DevSplit:
+def read_dev(cfg: DataConfig, tokenizer: Tokenizer) -> DevSplit:
     """The dev split, cleaned as the train split is, and encoded."""
-    cfg = recipe.data
     src, tgt = load_split(cfg, "dev")
     keep, _ = clean_text_pairs(src, tgt)
     src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]

@@ -12,7 +12,7 @@ from typing import Iterator, Optional
 
 from translate.checkpoint import CheckpointError, Loaded, check_writable, load_checkpoint
 from translate.config import Recipe
-from translate.data import load_split
+from translate.data.read import load_split
 from translate.evaluation import evaluate_split
 from translate.inference import decoding_model
 from translate.metrics import MetricsLog

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from translate.batching import Batch
+from translate.data.batch import Batch
 from translate.loss import label_smoothed_cross_entropy
 from translate.tokens import PAD
 from translate.utils import autocast

@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from translate.batching import Batch
+from translate.data.batch import Batch
 from translate.checkpoint import upgrade_state_dict
 from translate.config import TrainConfig
 from translate.training.batch_loss import BatchLoss

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-from translate.batching import EncodedPairs, collate, token_batches
 from translate.config import Recipe
-from translate.data import load_split
+from translate.data.batch import iterate_batches
+from translate.data.encode import EncodedPairs
+from translate.data.read import load_split
 from translate.engine import Engine
 from translate.evaluation import evaluate_split
 from translate.tokenizer import Tokenizer
@@ -27,8 +28,8 @@ def dev_loss(model: nn.Module, pairs: EncodedPairs, max_tokens: int, device: tor
     model.eval()
     batch_loss = BatchLoss(model, model, engine.loss, device, precision, loss_chunk)
     nll, tokens = 0.0, 0
-    for idx in token_batches(pairs.src.lengths, pairs.tgt.lengths, max_tokens, shuffle=False):
-        batch = collate([pairs.src[i] for i in idx], [pairs.tgt[i] for i in idx]).to(device)
+    for batch in iterate_batches(pairs, max_tokens, shuffle=False):
+        batch = batch.to(device)
         nll += float(batch_loss(batch.src, batch.tgt_in, batch.tgt_out, 0.0)[1])
         tokens += batch.num_tgt_tokens
     return nll / max(tokens, 1)

@@ -1,11 +1,9 @@
-"""Parallel data: read splits a chunk at a time (Hugging Face `datasets` for tables and the hub).
-`translate.batching` holds the encoded sentences and batches them by tokens; `translate.corpus`
-keeps encoded corpora on disk.
+"""Read: find a split in a local folder or on the hub, and stream its rows a chunk at a time.
 
-A dataset is a hub name (``bentrevett/multi30k``, ``wmt14`` with subset ``de-en``) or a local folder
-holding, per split, a JSON Lines / JSON / Parquet / CSV / TSV file (``train.jsonl``) or plain parallel
-text (``train.en`` + ``train.de``). Columns are flat (``en``, ``de``) or nested
-(``translation: {en, de}``).
+A dataset is a hub name (``bentrevett/multi30k``, ``wmt14`` with subset ``de-en``) or a local
+folder holding, per split, a JSON Lines / JSON / Parquet / CSV / TSV file (``train.jsonl``) or
+plain parallel text (``train.en`` + ``train.de``). Columns are flat (``en``, ``de``) or nested
+(``translation: {en, de}``). Tables and the hub are read through Hugging Face `datasets`.
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import itertools
-import logging
 import os
 import socket
 import urllib.parse
@@ -22,17 +19,12 @@ from pathlib import Path
 from typing import BinaryIO, Iterator, Optional
 
 from translate.config import DataConfig
-from translate.encoding import Chunk, DataError, pair_of, parse_chunk
+from translate.data import DataError
+from translate.data.rows import Chunk, pair_of, parse_chunk
 from translate.utils import first_line
-
-log = logging.getLogger(__name__)
 
 TABLE_FORMATS = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet", ".csv": "csv",
                  ".tsv": "csv"}
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading raw text, a chunk at a time
 
 
 def resolve_dataset(cfg: DataConfig) -> str:
@@ -94,7 +86,8 @@ def _text_chunks(src_file: Path, tgt_file: Path, size: int) -> Iterator[Chunk]:
         src, tgt = iter_lines(src_f, str(src_file)), iter_lines(tgt_f, str(tgt_file))
         row = 1
         while True:
-            src_part, tgt_part = list(itertools.islice(src, size)), list(itertools.islice(tgt, size))
+            src_part = list(itertools.islice(src, size))
+            tgt_part = list(itertools.islice(tgt, size))
             if len(src_part) != len(tgt_part):
                 n_src = row - 1 + len(src_part) + sum(1 for _ in src)
                 n_tgt = row - 1 + len(tgt_part) + sum(1 for _ in tgt)
@@ -182,7 +175,8 @@ def _hub_error(source: SplitSource, e: Exception) -> DataError:
     if "split" in first.lower() and "unknown" in first.lower():
         return DataError(f"{source.dataset}: {first}")
     if _HUB_DOWN:
-        first = f"the hub does not answer ({_HUB_DOWN[0]}) and the dataset is not in the local cache"
+        first = (f"the hub does not answer ({_HUB_DOWN[0]}) and the dataset is not in the local "
+                 f"cache")
     return DataError(
         f"could not load '{source.dataset}' from the Hugging Face hub ({first}). Offline? Point "
         f"at a local copy with `--data PATH` or the environment variable TRANSLATE_DATA=PATH.")

@@ -1,141 +1,23 @@
-"""Encoded sentences and their batches: a corpus held as flat arrays of token ids
-(`TokenArray`, `EncodedPairs`), the length rules for training pairs, and batches of about
-`max_tokens` padded tokens made from pairs of similar length (`token_batches`, `collate`).
+"""Batch: sentences of similar length grouped under a budget of padded tokens, then padded.
+
+One cutter (`cut_batches`) serves every caller: training's epochs and the dev loss
+(`token_batches`: pairs ordered by target, then source length) and decoding (`length_batches`:
+sources, longest first). `collate` pads a batch's pairs into tensors.
 
 Shapes: B sentences in a batch, S source length, T target length (pieces, padded).
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 
-from translate.encoding import CleanStats
-from translate.tokenizer import Tokenizer
+from translate.data.clean import LengthFilter
+from translate.data.encode import EncodedPairs, in_parts
 from translate.tokens import BOS, PAD
-
-
-# ---------------------------------------------------------------------------------------------
-# Encoded sentences
-
-
-class TokenArray:
-    """Sentences of token ids stored flat: one array of every id, and where each sentence starts
-    and how long it is, so a corpus of millions of sentences is three arrays, not millions of
-    objects. `values` may be memory-mapped from disk (see `translate.corpus`).
-
-    `array[i]` is sentence i (a view); `lengths` holds every sentence's length.
-    """
-
-    def __init__(self, values: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
-        self.values = values  # (ids,) uint16 or int32
-        self.starts = starts  # (n,) int64: sentence i is values[starts[i]: starts[i] + lengths[i]]
-        self.lengths = lengths  # (n,) int32
-
-    @classmethod
-    def from_offsets(cls, values: np.ndarray, offsets: np.ndarray) -> "TokenArray":
-        """Sentences stored back to back: sentence i is values[offsets[i]:offsets[i + 1]]."""
-        return cls(values, offsets[:-1], np.diff(offsets).astype(np.int32))
-
-    @classmethod
-    def from_lists(cls, seqs: Sequence[Sequence[int]], dtype=np.int32) -> "TokenArray":
-        lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
-        values = np.fromiter(itertools.chain.from_iterable(seqs), dtype=dtype,
-                             count=int(lengths.sum()))
-        return cls.from_offsets(values, np.concatenate([[0], np.cumsum(lengths)]))
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        start = int(self.starts[i])
-        return self.values[start: start + int(self.lengths[i])]
-
-    def total_length(self, indices: Sequence[int]) -> int:
-        """The summed length of sentences `indices`."""
-        return int(self.lengths[np.asarray(indices, dtype=np.int64)].sum())
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        return (self[i] for i in range(len(self)))
-
-
-@dataclass(frozen=True)
-class LengthFilter:
-    """The length rules for training pairs: at most `max_len` pieces a side, and a length ratio
-    of at most `max_ratio` (pairs of up to 8 pieces pass the ratio rule)."""
-
-    max_len: int
-    max_ratio: float
-
-    def too_long(self, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
-        return (src > self.max_len) | (tgt > self.max_len)
-
-    def bad_ratio(self, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
-        """Pairs the ratio rule drops that the length rule does not already drop."""
-        return ~self.too_long(src, tgt) & self._uneven(src, tgt)
-
-    def keeps(self, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
-        return ~(self.too_long(src, tgt) | self._uneven(src, tgt))
-
-    def _uneven(self, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
-        longer, shorter = np.maximum(src, tgt), np.minimum(src, tgt)
-        return (longer > self.max_ratio * shorter) & (longer > 8)
-
-
-@dataclass
-class EncodedPairs:
-    """Token ids of a parallel corpus, both sides ending in EOS. With a `length_filter`, only the
-    pairs it keeps are used (batches hold indices into the whole arrays); nothing is copied."""
-
-    src: TokenArray
-    tgt: TokenArray
-    length_filter: Optional[LengthFilter] = None
-    kept: Optional[int] = None  # pairs the filter keeps
-
-    def __len__(self) -> int:
-        return len(self.src) if self.kept is None else self.kept
-
-    def indices(self) -> np.ndarray:
-        """The usable pairs' indices."""
-        if self.length_filter is None:
-            return np.arange(len(self.src))
-        return np.flatnonzero(self.length_filter.keeps(self.src.lengths, self.tgt.lengths))
-
-
-def encode_pairs(tokenizer: Tokenizer, src: Sequence[str], tgt: Sequence[str]) -> EncodedPairs:
-    """Encode sentences held in memory (a dev or test split); big corpora go through
-    `translate.corpus`, which encodes them once onto disk."""
-    return EncodedPairs(TokenArray.from_lists(tokenizer.encode_src(src)),
-                        TokenArray.from_lists(tokenizer.encode_tgt(tgt)))
-
-
-def filter_lengths(pairs: EncodedPairs, max_len: int, max_ratio: float,
-                   stats: CleanStats) -> EncodedPairs:
-    """Use only training pairs of at most `max_len` pieces and a length ratio up to `max_ratio`;
-    count the others in `stats`."""
-    rule = LengthFilter(max_len, max_ratio)
-    kept = 0
-    for part in _chunked(len(pairs.src)):
-        src, tgt = pairs.src.lengths[part], pairs.tgt.lengths[part]
-        too_long, bad_ratio = rule.too_long(src, tgt), rule.bad_ratio(src, tgt)
-        stats.too_long += int(too_long.sum())
-        stats.bad_ratio += int(bad_ratio.sum())
-        kept += len(src) - int(too_long.sum()) - int(bad_ratio.sum())
-    return EncodedPairs(pairs.src, pairs.tgt, rule, kept)
-
-
-def _chunked(n: int, size: int = 1 << 18) -> Iterator[slice]:
-    """Slices covering range(n), `size` at a time: whole-corpus arrays are worked through in
-    parts, so temporaries stay small."""
-    return (slice(a, min(a + size, n)) for a in range(0, n, size))
-
-
-# ---------------------------------------------------------------------------------------------
-# Batching
 
 
 @dataclass
@@ -176,6 +58,25 @@ def collate(src: Sequence, tgt: Sequence, multiple: int = 1) -> Batch:
     # A target's EOS is dropped from the input; pads stay pads.
     tgt_in = tgt_in.masked_fill(tgt_out == PAD, PAD)
     return Batch(pad(src, multiple=multiple), tgt_in, tgt_out, int(sum(len(t) for t in tgt)))
+
+
+def cut_batches(size_at: Callable, n: int, max_tokens: int, max_sentences: int = 0) -> list[int]:
+    """Where batches start and end (bounds, from 0 to n) when n ordered items are cut greedily,
+    each batch costing (its items) x (its largest size) padded tokens, at most `max_tokens`
+    (an item over it is a batch alone) and, when `max_sentences` > 0, at most that many items.
+
+    `size_at(places)` gives the sizes of the items at `places` (a position or an array of
+    them), so a caller need not hold one size per item."""
+    bounds = [0]
+    while bounds[-1] < n:  # fill each batch greedily, a batch's worth at a time
+        start = bounds[-1]
+        most = max(1, max_tokens // max(1, int(size_at(start))))  # that fit at the first's size
+        if max_sentences > 0:
+            most = min(most, max_sentences)
+        window = size_at(np.arange(start, min(n, start + most)))  # each item's size
+        cost = np.maximum.accumulate(window) * np.arange(1, len(window) + 1)  # padded tokens
+        bounds.append(start + max(1, int(np.searchsorted(cost > max_tokens, True))))
+    return bounds
 
 
 class TokenBatches(Sequence):
@@ -220,14 +121,8 @@ def token_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: 
             if count > 1:
                 rng.shuffle(order[start: start + count])
     run_sizes = np.maximum(runs[:, 0], runs[:, 1])  # a run's pairs all cost this much a row
-    bounds = [0]
-    while bounds[-1] < len(order):  # fill each batch greedily, a batch's worth at a time
-        start = bounds[-1]
-        first = run_sizes[np.searchsorted(run_ends, start, side="right")]
-        places = np.arange(start, min(len(order), start + max(1, max_tokens // max(1, first))))
-        window = run_sizes[np.searchsorted(run_ends, places, side="right")]  # each pair's size
-        cost = np.maximum.accumulate(window) * np.arange(1, len(window) + 1)  # padded tokens
-        bounds.append(start + max(1, int(np.searchsorted(cost > max_tokens, True))))
+    bounds = cut_batches(lambda places: run_sizes[np.searchsorted(run_ends, places, side="right")],
+                         len(order), max_tokens)
     sequence = np.arange(len(bounds) - 1)
     return TokenBatches(order, np.array(bounds), rng.permutation(sequence) if shuffle else sequence)
 
@@ -250,7 +145,7 @@ def _length_order(src: np.ndarray, tgt: np.ndarray, length_filter: Optional[Leng
             s, t, index = s[kept], t[kept], index[kept]
         return round_up(t, multiple) * width + round_up(s, multiple), index
 
-    seen = [np.unique(keys(part)[0], return_counts=True) for part in _chunked(len(src))]
+    seen = [np.unique(keys(part)[0], return_counts=True) for part in in_parts(len(src))]
     found = np.concatenate([np.zeros(0, np.int64)] + [key for key, _ in seen])
     values = np.unique(found)  # every (target, source) length pair present, as one key
     counts = np.bincount(np.searchsorted(values, found), minlength=len(values),
@@ -258,7 +153,7 @@ def _length_order(src: np.ndarray, tgt: np.ndarray, length_filter: Optional[Leng
                          ).astype(np.int64)
     order = np.empty(int(counts.sum()), np.int32 if len(src) < 2 ** 31 else np.int64)
     fill = np.cumsum(counts) - counts  # where each length pair's next index goes
-    for part in _chunked(len(src)):
+    for part in in_parts(len(src)):
         key, index = keys(part)
         rank = np.searchsorted(values, key)
         by_key = np.argsort(rank, kind="stable")
@@ -275,3 +170,13 @@ def iterate_batches(pairs: EncodedPairs, max_tokens: int, shuffle: bool, seed: i
     for idx in token_batches(pairs.src.lengths, pairs.tgt.lengths, max_tokens, shuffle, seed,
                              pairs.length_filter, multiple):
         yield collate([pairs.src[i] for i in idx], [pairs.tgt[i] for i in idx], multiple)
+
+
+def length_batches(lengths: Sequence[int], max_tokens: int, max_sentences: int = 0
+                   ) -> list[list[int]]:
+    """Indices sorted by length (longest first), cut so each batch has <= max_tokens tokens
+    (padded) and, when max_sentences > 0, at most that many sentences: decoding's batches."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    sizes = np.array([lengths[i] for i in order], dtype=np.int64)
+    bounds = cut_batches(sizes.__getitem__, len(order), max_tokens, max_sentences)
+    return [order[a:b] for a, b in zip(bounds, bounds[1:])]

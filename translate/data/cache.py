@@ -1,4 +1,4 @@
-"""Training corpora encoded once onto disk, then memory-mapped by every run that uses them.
+"""Cache: a train split encoded once onto disk, then memory-mapped by every run that uses it.
 
 An entry is a folder ``<cache>/corpora/<key>/`` holding, for each side (``src``, ``tgt``), every
 kept sentence's ids back to back (``.ids``: uint16 for vocabularies up to 65,536, else int32),
@@ -16,6 +16,9 @@ discarded and the run refused. Each array's CRC-32 is checked whenever an entry 
 Encoding streams the split a chunk at a time through `num_proc` worker processes, so memory does
 not grow with the corpus. An entry is written into a temporary folder and renamed into place
 whole: a full disk or a killed process leaves nothing that a later run would trust.
+
+`sample_pairs` streams the split through the text rules the same way, a chunk at a time, for
+SentencePiece to train on before there are ids to cache.
 """
 
 from __future__ import annotations
@@ -37,11 +40,13 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from translate.batching import EncodedPairs, TokenArray
 from translate.config import DataConfig
-from translate.data import SplitSource, find_split, read_chunks, split_identity
-from translate.encoding import (ChunkEncoder, CleanStats, DataError, EncodedChunk, clean_text_pairs,
-                                encode_in_worker, parse_chunk, start_worker)
+from translate.data import DataError
+from translate.data.clean import CleanStats, clean_text_pairs
+from translate.data.encode import (ChunkEncoder, EncodedChunk, EncodedPairs, TokenArray,
+                                   encode_in_worker, start_worker)
+from translate.data.read import SplitSource, find_split, read_chunks, split_identity
+from translate.data.rows import parse_chunk
 from translate.tokenizer import Tokenizer
 from translate.utils import first_line
 
