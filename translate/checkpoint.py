@@ -134,7 +134,7 @@ def read_checkpoint(path: str | Path, verify: bool = True) -> dict:
         raise CheckpointError(f"checkpoint not found: {path}")
     if is_model_folder(path):
         try:
-            return read_model_folder(path)
+            return _todays_recipe(read_model_folder(path))
         except ModelFolderError as e:
             raise CheckpointError(str(e)) from None
     if path.is_dir():
@@ -166,7 +166,7 @@ def read_checkpoint(path: str | Path, verify: bool = True) -> dict:
     if verify and "checksum" in data and data["checksum"] != content_digest(data):  # older ones have none
         raise CheckpointError(f"{path}: the file is damaged (its contents do not match the "
                               f"checksum written with them); use another checkpoint")
-    return data
+    return _todays_recipe(data)
 
 
 def _check_schema(data: dict, path: Path) -> None:
@@ -265,6 +265,26 @@ def upgrade_state_dict(state: dict) -> dict:
         else:
             upgraded[key] = value
     return upgraded
+
+
+# Model keys older checkpoints saved that are no longer the model's: `fused_qkv` (Q, K and V in
+# one matmul) is the fast engine's choice now (`translate.engine.fast_engine`), on by default,
+# and either way the outputs are the same to float rounding.
+RETIRED_MODEL_KEYS = ("fused_qkv",)
+
+
+def upgrade_recipe_dict(recipe: dict) -> dict:
+    """A saved recipe in today's keys: its model section without RETIRED_MODEL_KEYS."""
+    model = recipe.get("model")
+    if not isinstance(model, dict) or not any(key in model for key in RETIRED_MODEL_KEYS):
+        return recipe
+    return {**recipe, "model": {k: v for k, v in model.items() if k not in RETIRED_MODEL_KEYS}}
+
+
+def _todays_recipe(data: dict) -> dict:
+    """A checkpoint's dict with its recipe upgraded (`upgrade_recipe_dict`), for every reader:
+    loading, resuming (whose check compares the saved model section), averaging, export."""
+    return {**data, "recipe": upgrade_recipe_dict(data["recipe"])}
 
 
 def step_number(path: Path) -> int:

@@ -46,9 +46,6 @@ class TransformerConfig:
     activation: str = "relu"  # relu | gelu
     positions: str = "sinusoidal"  # sinusoidal | learned
     max_positions: int = 1024
-    # The fast engine computes self-attention's Q, K and V with one matmul (the weights stay
-    # three matrices either way).
-    fused_qkv: bool = True
     qkv_bias: bool = True
     tie_embeddings: bool = True  # source, target and output share weights (joint vocab only)
 
