@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from translate.analysis.attention import attention_maps, record_attention
-from translate.analysis.plots import pyplot, save_figure
+from translate.analysis.attention import attention_maps, heatmap, record_attention
+from translate.analysis.plots import Heatmap, draw_heatmap, plot_heatmaps, pyplot, save_figure
 from translate.checkpoint import load_checkpoint
 from translate.data.batch import pad
 from translate.data.read import load_split
@@ -31,32 +31,6 @@ from translate.models.attention import CROSS, DECODER_SELF, ENCODER_SELF
 from translate.tokens import BOS
 
 ROLES = (ENCODER_SELF, DECODER_SELF, CROSS)
-
-
-def draw(ax, matrix: np.ndarray, x: list[str], y: list[str], title: str,
-         hidden: np.ndarray | None = None, vmin: float = 0.0, vmax: float = 1.0, cmap="viridis"):
-    """One attention matrix: queries down, keys across, hidden cells grey."""
-    plt = pyplot()
-    colours = plt.get_cmap(cmap).with_extremes(bad="#d0d0d0")
-    shown = np.ma.masked_array(matrix, mask=hidden if hidden is not None else False)
-    image = ax.imshow(shown, cmap=colours, vmin=vmin, vmax=vmax, interpolation="nearest")
-    ax.set_xticks(range(len(x)), x, rotation=90, fontsize=6)
-    ax.set_yticks(range(len(y)), y, fontsize=6)
-    ax.set_title(title, fontsize=8)
-    return image
-
-
-def future(n: int) -> np.ndarray:
-    """(n, n) True above the diagonal: the cells the causal mask hides."""
-    return np.triu(np.ones((n, n), dtype=bool), k=1)
-
-
-def role_axes(maps, role: str) -> tuple[list[str], list[str]]:
-    if role == ENCODER_SELF:
-        return maps.src_pieces, maps.src_pieces
-    if role == DECODER_SELF:
-        return maps.tgt_in_pieces, maps.tgt_in_pieces
-    return maps.src_pieces, maps.out_pieces
 
 
 def modules_of(maps, role: str) -> list[str]:
@@ -83,10 +57,10 @@ def qkv_figure(model, maps, src_ids: list[int], out: Path) -> None:
     weights /= weights.sum(-1, keepdims=True)
     fig, axes = plt.subplots(1, 2, figsize=(8, 4), layout="constrained")
     bound = float(np.abs(scores).max())
-    pieces = maps.src_pieces
-    fig.colorbar(draw(axes[0], scores, pieces, pieces, "scores q·k / √Dh (head 1)", None,
-                      -bound, bound, "RdBu_r"), ax=axes[0], shrink=0.7)
-    fig.colorbar(draw(axes[1], weights, pieces, pieces, "softmax: each row sums to 1"),
+    axes_of = (maps.src_pieces, maps.src_pieces, "keys", "queries")
+    fig.colorbar(draw_heatmap(axes[0], Heatmap("scores q·k / √Dh (head 1)", scores, *axes_of),
+                              "RdBu_r", -bound, bound), ax=axes[0], shrink=0.7)
+    fig.colorbar(draw_heatmap(axes[1], Heatmap("softmax: each row sums to 1", weights, *axes_of)),
                  ax=axes[1], shrink=0.7)
     fig.suptitle("Encoder layer 1: how much each query (row) takes from each key (column)",
                  fontsize=9)
@@ -118,12 +92,8 @@ def scale_figure(model, batches: list[torch.Tensor], out: Path) -> None:
 
 def masks_figure(model, tokenizer, maps, sentence: str, short: str, out: Path) -> None:
     """The causal mask (decoder self-attention) and a padding mask (a short source in a batch)."""
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(9, 4.2), layout="constrained")
-    module = modules_of(maps, DECODER_SELF)[0]
-    w = maps.weights[module].mean(0).numpy()
-    draw(axes[0], w, maps.tgt_in_pieces, maps.tgt_in_pieces,
-         "decoder self-attention, layer 1: the future hidden", future(len(w)))
+    causal = replace(heatmap(maps, modules_of(maps, DECODER_SELF)[0]),
+                     title="decoder self-attention, layer 1: the future hidden")
     ids = tokenizer.encode_src([sentence, short])
     src = pad([torch.tensor(i) for i in ids])  # (2, S): the short one padded
     with torch.no_grad(), record_attention(model) as recorded:
@@ -132,45 +102,27 @@ def masks_figure(model, tokenizer, maps, sentence: str, short: str, out: Path) -
     w = recorded[first][0][1].mean(0).numpy()  # (S, S) the short sentence's
     pieces = [tokenizer.src.id_to_piece(i) if i else "<pad>" for i in src[1].tolist()]
     hidden = np.broadcast_to((src[1] == 0).numpy()[None, :], w.shape)
-    image = draw(axes[1], w, pieces, pieces, "encoder self-attention of a padded source",
-                 hidden)
-    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight (grey: masked)")
-    save_figure(fig, out / "masks.png")
+    padded = Heatmap("encoder self-attention of a padded source", w, pieces, pieces,
+                     "source (keys)", "source (queries)", hidden)
+    plot_heatmaps([[causal, padded]], out / "masks.png",
+                  "The causal mask (left) and a padding mask (right)", max_columns=2)
 
 
 def heads_figure(maps, out: Path) -> None:
     """Every head of every cross-attention layer, on one scale."""
-    plt = pyplot()
     modules = modules_of(maps, CROSS)
     heads = maps.weights[modules[0]].size(0)
-    fig, axes = plt.subplots(len(modules), heads, figsize=(2.6 * heads, 2.6 * len(modules)),
-                             layout="constrained", squeeze=False)
-    x, y = role_axes(maps, CROSS)
-    for row, module in zip(axes, modules):
-        for h, ax in enumerate(row):
-            image = draw(ax, maps.weights[module][h].numpy(), x, y,
-                         f"layer {maps.roles[module][1] + 1}, head {h + 1}")
-    fig.colorbar(image, ax=axes, shrink=0.5, label="attention weight")
-    fig.suptitle("Cross-attention: each head of each layer reads the source its own way",
-                 fontsize=10)
-    save_figure(fig, out / "heads.png")
+    plot_heatmaps([[heatmap(maps, module, h) for h in range(heads)] for module in modules],
+                  out / "heads.png",
+                  "Cross-attention: each head of each layer reads the source its own way",
+                  max_columns=heads)
 
 
 def roles_figure(maps, out: Path) -> None:
     """The three roles (rows) at every layer (columns), heads averaged."""
-    plt = pyplot()
-    layers = len(modules_of(maps, CROSS))
-    fig, axes = plt.subplots(3, layers, figsize=(3 * layers, 8.4), layout="constrained",
-                             squeeze=False)
-    for row, role in zip(axes, ROLES):
-        x, y = role_axes(maps, role)
-        for ax, module in zip(row, modules_of(maps, role)):
-            w = maps.weights[module].mean(0).numpy()
-            hidden = future(len(w)) if role == DECODER_SELF else None
-            image = draw(ax, w, x, y, f"{role}, layer {maps.roles[module][1] + 1}", hidden)
-    fig.colorbar(image, ax=axes, shrink=0.4, label="attention weight, heads averaged")
-    fig.suptitle(f"“{maps.translation}”", fontsize=10)
-    save_figure(fig, out / "roles.png")
+    plot_heatmaps([[heatmap(maps, module) for module in modules_of(maps, role)]
+                   for role in ROLES], out / "roles.png", f"“{maps.translation}”",
+                  max_columns=len(modules_of(maps, CROSS)))
 
 
 def residual_figure(model, batches: list[torch.Tensor], tgt: list[torch.Tensor],
@@ -279,7 +231,7 @@ def search_figure(model, loaded, src: list[str], ref: list[str], out: Path) -> N
 
 def unscaled_attention(q, k, v, mask=None, dropout=0.0):
     """The exercise: the written-out attention without its 1/sqrt(Dh)."""
-    scores = q @ k.transpose(-2, -1)
+    scores = q @ k.transpose(-2, -1)  # no / math.sqrt(q.size(-1))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)

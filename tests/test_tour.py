@@ -1,10 +1,18 @@
 """docs/tour.md cannot rot: every `file:symbol` it names exists, every stop shows code, a test
-and a figure, and every idea of the notes has its stop."""
+and a figure, every idea of the notes has its stop, and the script that draws its figures runs."""
 
 import ast
+import importlib.util
 import re
 import shutil
 from pathlib import Path
+
+import torch
+
+from conftest import read_jsonl, untrained_model
+from translate.analysis.attention import attention_maps
+from translate.data.batch import pad
+from translate.config import DecodeConfig
 
 REPO = Path(__file__).resolve().parents[1]
 LINK = re.compile(r"\[`(?P<path>[\w/.]+\.py):(?P<symbol>[\w.]+)`\]\((?P<target>[^)]+)\)")
@@ -90,3 +98,24 @@ def test_a_renamed_function_breaks_the_tour(tmp_path):
     module.write_text(module.read_text().replace("def causal_mask(", "def future_mask("))
     assert broken_links(tmp_path / "docs/tour.md", tmp_path, images=False) == [
         "translate/models/attention.py:causal_mask"]
+
+
+def test_the_tour_figures_draw(small_data, tmp_path):
+    """scripts/tour_figures.py still draws its figures of one sentence (from an untrained
+    model: the drawing is checked here, not what it shows)."""
+    spec = importlib.util.spec_from_file_location("tour_figures", REPO / "scripts/tour_figures.py")
+    tour = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tour)
+    _, tok, model = untrained_model(small_data, layers=2)
+    model.eval()
+    rows = read_jsonl(small_data / "train.jsonl", 40)
+    sentence, short = rows[0]["en"], min((r["en"] for r in rows), key=len)
+    maps = attention_maps(model, tok, sentence, DecodeConfig(max_len_b=6))
+    tour.qkv_figure(model, maps, tok.encode_src([sentence])[0], tmp_path)
+    tour.masks_figure(model, tok, maps, sentence, short, tmp_path)
+    tour.heads_figure(maps, tmp_path)
+    tour.roles_figure(maps, tmp_path)
+    tour.scale_figure(model, [pad([torch.tensor(ids) for ids in
+                                   tok.encode_src([r["en"] for r in rows[:8]])])], tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+        "heads.png", "masks.png", "qkv.png", "roles.png", "scale.png"]

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from translate.config import Recipe, recipe_from_dict
+from translate.config import Recipe, recipe_from_dict, without_retired_keys
 from translate.model_folder import ModelFolderError, is_model_folder, read_model_folder
 from translate.models import build_model
 from translate.run_folder import data_from, data_relative_to
@@ -135,7 +135,7 @@ def read_checkpoint(path: str | Path, verify: bool = True) -> dict:
         raise CheckpointError(f"checkpoint not found: {path}")
     if is_model_folder(path):
         try:
-            return read_model_folder(path)
+            return _todays_recipe(read_model_folder(path))
         except ModelFolderError as e:
             raise CheckpointError(str(e)) from None
     if path.is_dir():
@@ -167,7 +167,7 @@ def read_checkpoint(path: str | Path, verify: bool = True) -> dict:
     if verify and "checksum" in data and data["checksum"] != content_digest(data):  # older ones have none
         raise CheckpointError(f"{path}: the file is damaged (its contents do not match the "
                               f"checksum written with them); use another checkpoint")
-    return data
+    return _todays_recipe(data)
 
 
 def _check_schema(data: dict, path: Path) -> None:
@@ -266,6 +266,13 @@ def upgrade_state_dict(state: dict) -> dict:
         else:
             upgraded[key] = value
     return upgraded
+
+
+def _todays_recipe(data: dict) -> dict:
+    """A checkpoint's dict with its recipe in today's keys (`config.without_retired_keys`), for
+    every reader:
+    loading, resuming (whose check compares the saved model section), averaging, export."""
+    return {**data, "recipe": without_retired_keys(data["recipe"])}
 
 
 def step_number(path: Path) -> int:

@@ -10,13 +10,15 @@ engine gives the same translations to float rounding.
                `attention.scaled_dot_product_attention`. Edit it, and a run shows the change.
     plain      the same modules, with attention in `F.scaled_dot_product_attention` (one fused
                kernel; the written-out function runs only where weights are drawn)
-    fast       translate/fast/'s modules swapped in: the CPU default
+    fast       translate/fast/'s modules swapped in: the CPU default; attention's Q, K and V
+               in one matmul (`fast_engine(fuse_qkv=False)`: three, for an A/B)
     gpu        plain, with translate/gpu/'s searches, which read the device every few steps
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import torch
@@ -40,7 +42,16 @@ class Engine:
 
 PLAIN = Engine("plain", lambda model: model, loss.label_smoothed_cross_entropy,
                search.top_candidates)
-FAST = Engine("fast", fast.accelerate, fast.label_smoothed_cross_entropy, fast.top_candidates)
+
+
+def fast_engine(fuse_qkv: bool = True) -> Engine:
+    """The fast engine; `fuse_qkv` computes attention's Q, K and V side by side in one matmul
+    (`translate.fast.accelerate`)."""
+    return Engine("fast", partial(fast.accelerate, fuse_qkv=fuse_qkv),
+                  fast.label_smoothed_cross_entropy, fast.top_candidates)
+
+
+FAST = fast_engine()
 GPU = Engine("gpu", lambda model: model, loss.label_smoothed_cross_entropy,
              gpu.search.top_candidates, gpu.beam_search, gpu.greedy_search)
 

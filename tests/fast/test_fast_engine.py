@@ -10,9 +10,10 @@ import torch.nn.functional as F
 
 from translate.checkpoint import load_checkpoint
 from translate.config import TrainConfig
-from translate.engine import FAST, PLAIN, resolve_engine
+from translate.engine import FAST, PLAIN, fast_engine, resolve_engine
 from translate.fast import accelerate
-from translate.fast.attention import explicit_attention, explicit_is_faster, sdpa
+from translate.fast.attention import (FastMultiHeadAttention, explicit_attention,
+                                      explicit_is_faster, sdpa)
 from translate.fast.layers import ByteDropout, random_bytes
 from translate.fast.linear import PackedLinear, PackedWeights, linear
 from translate.fast.search import topk_rows
@@ -52,6 +53,20 @@ def test_accelerate_keeps_the_parameters_and_the_outputs(arch):
     tgt = torch.randint(4, V, (5, 6))
     with torch.no_grad():
         torch.testing.assert_close(fast(sources(), tgt), plain(sources(), tgt), atol=1e-5, rtol=0)
+
+
+def test_fused_qkv_is_the_fast_engines_option_on_by_default_and_changes_no_output():
+    """Q, K and V in one matmul or three: an engine option (the model's config has none)."""
+    plain, _ = pair("transformer")
+    fused = FAST.prepare(copy.deepcopy(plain))
+    unfused = fast_engine(fuse_qkv=False).prepare(copy.deepcopy(plain))
+    for model, fuses in ((fused, True), (unfused, False)):
+        attention = [m for m in model.modules() if isinstance(m, FastMultiHeadAttention)]
+        assert len(attention) == 6 and all(m.fuse_qkv == fuses for m in attention)
+    src, tgt, limits = sources(), torch.randint(4, V, (5, 6)), torch.tensor([4, 11, 2, 9, 6])
+    with torch.no_grad():
+        torch.testing.assert_close(unfused(src, tgt), fused(src, tgt), atol=1e-5, rtol=0)
+    assert greedy_search(unfused, src, limits) == greedy_search(fused, src, limits)
 
 
 @pytest.mark.parametrize("arch", CONFIGS)

@@ -3,8 +3,10 @@ attention shows in a training run's loss (the exercise the tour walks through), 
 engines, which call PyTorch's fused attention, compute the same numbers and ignore the edit."""
 
 import copy
+import importlib.util
 import json
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -40,13 +42,13 @@ def test_the_textbook_computes_what_the_fused_kernel_computes():
     assert found[0] == found[1]
 
 
-def unscaled_attention(q, k, v, mask=None, dropout=0.0):
-    """The written-out attention with the 1/sqrt(Dh) dropped: the exercise."""
-    scores = q @ k.transpose(-2, -1)  # no / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    return torch.nn.functional.dropout(weights, dropout) @ v, weights
+# The exercise, as the tour's figure script runs it: the written-out attention with the
+# 1/sqrt(Dh) dropped.
+_spec = importlib.util.spec_from_file_location(
+    "tour_figures", Path(__file__).resolve().parents[2] / "scripts/tour_figures.py")
+tour_figures = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tour_figures)
+unscaled_attention = tour_figures.unscaled_attention
 
 
 def train_losses(recipe_path, small_data, run_dir, engine: str, steps: int = 3) -> list[float]:

@@ -23,6 +23,7 @@ from translate.analysis.plots import (MetricsError, plot_dev_curves, plot_heatma
                                       plot_length_buckets, pyplot, read_metrics)
 from translate.analysis.report import render_report
 from translate.checkpoint import CheckpointError, Loaded, load_checkpoint
+from translate.config import DataConfig
 from translate.data.read import load_split, resolve_dataset
 from translate.engine import Engine, resolve_engine
 from translate.evaluation import evaluate_split
@@ -155,14 +156,7 @@ def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
     located = [locate(path) for path in run_paths]
     runs = [open_run(*where, name, dev) for where, name in zip(located, _unique_names(located))]
     decoder = resolve_engine(engine, dev)
-    data_cfg = runs[0].loaded.recipe.data
-    for run in runs[1:]:
-        other = run.loaded.recipe.data
-        if (other.src_lang, other.tgt_lang) != (data_cfg.src_lang, data_cfg.tgt_lang):
-            raise ValueError(f"{run.run_dir} translates {other.src_lang}->{other.tgt_lang}, "
-                             f"{runs[0].run_dir} {data_cfg.src_lang}->{data_cfg.tgt_lang}")
-    if data:
-        data_cfg = replace(data_cfg, dataset=data)
+    data_cfg = _shared_data(runs, data)
     src, refs = load_split(data_cfg, split)
     if not src:
         raise ValueError(f"split '{split}' of {resolve_dataset(data_cfg)} has no sentences")
@@ -189,17 +183,40 @@ def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
         "figures": {"learning_curves": "learning_curves.png",
                     "bleu_by_length": "bleu_by_length.png"},
     }
+    _draw_figures(runs, buckets, output)
+    results["attention"] = [_attention_example(runs, k, i, src[i], dev, output)
+                            for k, i in enumerate(pick_sentences(src, ATTENTION_SENTENCES), 1)]
+    _write_report(results, output)
+    return results
+
+
+def _shared_data(runs: Sequence[Run], dataset: str | None) -> DataConfig:
+    """The first run's data config, `dataset` in place of its own if given, once every run is
+    found to translate the same language pair; a ValueError names two runs that do not."""
+    data_cfg = runs[0].loaded.recipe.data
+    for run in runs[1:]:
+        other = run.loaded.recipe.data
+        if (other.src_lang, other.tgt_lang) != (data_cfg.src_lang, data_cfg.tgt_lang):
+            raise ValueError(f"{run.run_dir} translates {other.src_lang}->{other.tgt_lang}, "
+                             f"{runs[0].run_dir} {data_cfg.src_lang}->{data_cfg.tgt_lang}")
+    return replace(data_cfg, dataset=dataset) if dataset else data_cfg
+
+
+def _draw_figures(runs: Sequence[Run], buckets: list[dict], output: Path) -> None:
+    """The figures results.json lists: learning_curves.png, every run's dev BLEU, and
+    bleu_by_length.png, every run's BLEU in `buckets` (as `bleu_by_length` returns them)."""
     plot_dev_curves({run.name: [r for r in run.records if r["kind"] == "valid"] for run in runs},
                     output / "learning_curves.png")
     plot_length_buckets([b["words"] for b in buckets], [b["sentences"] for b in buckets],
-                        {name: [b["bleu"][name] for b in buckets] for name in hyps},
+                        {run.name: [b["bleu"][run.name] for b in buckets] for run in runs},
                         output / "bleu_by_length.png")
-    results["attention"] = [_attention_example(runs, k, i, src[i], dev, output)
-                            for k, i in enumerate(pick_sentences(src, ATTENTION_SENTENCES), 1)]
+
+
+def _write_report(results: dict, output: Path) -> None:
+    """results.json and report.md, its Markdown rendering."""
     (output / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n",
                                          encoding="utf-8")
     (output / "report.md").write_text(render_report(results), encoding="utf-8")
-    return results
 
 
 def _attention_example(runs: list[Run], k: int, index: int, sentence: str, device: torch.device,

@@ -191,26 +191,34 @@ def heatmap_grid(rows: list[list[Heatmap]], title: str, max_columns: int = 3):
     cell = 1.2 + 0.12 * longest  # inches per panel side: about 0.12 per token at 7 pt
     fig, axes = plt.subplots(n_rows, n_cols, figsize=(cell * n_cols + 1.0, cell * n_rows + 0.6),
                              dpi=100, squeeze=False, layout="constrained")
-    colours = plt.get_cmap("viridis").with_extremes(bad="#d0d0d0")
     image = None
     for ax_row, row in zip(axes, rows):
         for ax, heatmap in zip(ax_row, row + [None] * (n_cols - len(row))):
             if heatmap is None:
                 ax.axis("off")
                 continue
-            shown = np.ma.masked_array(heatmap.weights, mask=heatmap.hidden
-                                       if heatmap.hidden is not None else False)
-            image = ax.imshow(shown, cmap=colours, vmin=0.0, vmax=1.0, aspect="auto",
-                              interpolation="nearest")
-            ax.set_xticks(range(len(heatmap.x_labels)), heatmap.x_labels, rotation=90, fontsize=7)
-            ax.set_yticks(range(len(heatmap.y_labels)), heatmap.y_labels, fontsize=7)
-            ax.set_xlabel(heatmap.x_name, fontsize=8)
-            ax.set_ylabel(heatmap.y_name, fontsize=8)
-            ax.set_title(heatmap.title, fontsize=8)
+            image = draw_heatmap(ax, heatmap)
     fig.colorbar(image, ax=axes, shrink=min(0.8, 3 / n_rows + 0.2),
                  label="attention weight (grey: masked)")
     fig.suptitle("\n".join(textwrap.wrap(title, int(11 * cell * n_cols))), fontsize=10)
     return fig
+
+
+def draw_heatmap(ax, heatmap: Heatmap, cmap: str = "viridis", vmin: float = 0.0,
+                 vmax: float = 1.0):
+    """One heatmap on the axes `ax`, with its token tick labels, axis names and title; cells a
+    mask hides grey. Returns the image, for a colorbar."""
+    colours = pyplot().get_cmap(cmap).with_extremes(bad="#d0d0d0")
+    shown = np.ma.masked_array(heatmap.weights,
+                               mask=heatmap.hidden if heatmap.hidden is not None else False)
+    image = ax.imshow(shown, cmap=colours, vmin=vmin, vmax=vmax, aspect="auto",
+                      interpolation="nearest")
+    ax.set_xticks(range(len(heatmap.x_labels)), heatmap.x_labels, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(heatmap.y_labels)), heatmap.y_labels, fontsize=7)
+    ax.set_xlabel(heatmap.x_name, fontsize=8)
+    ax.set_ylabel(heatmap.y_name, fontsize=8)
+    ax.set_title(heatmap.title, fontsize=8)
+    return image
 
 
 def plot_heatmaps(rows: list[list[Heatmap]], output: str | Path, title: str,

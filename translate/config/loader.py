@@ -75,6 +75,7 @@ def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = N
     if unknown:
         raise ConfigError(f"{where}: unknown section(s) {sorted(unknown, key=str)}; valid: "
                           "['data', 'decode', 'model', 'tokenizer', 'train']")
+    raw = without_retired_keys(raw)
     if resolved:
         raw = upgrade_recipe(raw)
     sections = {}
@@ -89,6 +90,20 @@ def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = N
         raise ConfigError(f"{where}: model.arch {arch!r} is unknown; valid: {sorted(MODELS)}")
     sections["model"] = build_section(MODELS[arch].config, model_raw, f"{where}: model")
     return Recipe(**sections)
+
+
+# Model keys older recipes saved that are no longer the model's: `fused_qkv` (Q, K and V in one
+# matmul) is the fast engine's choice now (`translate.engine.fast_engine`), on by default, and
+# either way the outputs are the same to float rounding.
+RETIRED_MODEL_KEYS = ("fused_qkv",)
+
+
+def without_retired_keys(recipe: dict) -> dict:
+    """A saved recipe in today's keys: its model section without RETIRED_MODEL_KEYS."""
+    model = recipe.get("model")
+    if not isinstance(model, dict) or not any(key in model for key in RETIRED_MODEL_KEYS):
+        return recipe
+    return {**recipe, "model": {k: v for k, v in model.items() if k not in RETIRED_MODEL_KEYS}}
 
 
 def upgrade_recipe(raw: dict) -> dict:

@@ -74,59 +74,9 @@ def to_ctranslate2(model: nn.Module, src_vocab: list[str], tgt_vocab: list[str],
         src_vocab, tgt_vocab: the pieces of each id (the same list for a joint vocabulary).
         quantization: one of QUANTIZATIONS for the saved weights; None keeps float32.
     """
-    from ctranslate2.specs import common_spec, transformer_spec
-
     model = transformer_only(model, "ctranslate2")
-    D = model.cfg.d_model
-    act = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
-    spec = transformer_spec.TransformerSpec.from_config(
-        (model.cfg.encoder_layers, model.cfg.decoder_layers), model.cfg.heads, pre_norm=True,
-        activation=act[model.cfg.activation], with_relative_position=False)
-    spec.config.layer_norm_epsilon = model.encoder_norm.eps  # CT2's default differs
-    spec.config.add_source_eos = True  # our encoder reads pieces + EOS
-    array = lambda t: t.detach().float().contiguous().numpy()
-
-    def linear(s, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-        s.weight = array(weight)
-        if bias is not None:
-            s.bias = array(bias)
-
-    def norm(s, ln: nn.LayerNorm) -> None:
-        s.gamma, s.beta = array(ln.weight), array(ln.bias)
-
-    def attn(s, module: nn.Module, ln: nn.LayerNorm, cross: bool) -> None:
-        parts = [module.q_proj, module.k_proj, module.v_proj]
-        w = torch.cat([p.weight for p in parts])  # (3D, D), Q first
-        b = torch.cat([p.bias for p in parts]) if parts[0].bias is not None else torch.zeros(3 * D)
-        if cross:  # Q from the target; K and V, fused, from the memory
-            linear(s.linear[0], w[:D], b[:D])
-            linear(s.linear[1], w[D:], b[D:])
-        else:
-            linear(s.linear[0], w, b)
-        linear(s.linear[-1], module.out_proj.weight, module.out_proj.bias)
-        norm(s.layer_norm, ln)
-
-    def ffn(s, module: nn.Module, ln: nn.LayerNorm) -> None:
-        linear(s.linear_0, module.fc1.weight, module.fc1.bias)
-        linear(s.linear_1, module.fc2.weight, module.fc2.bias)
-        norm(s.layer_norm, ln)
-
-    enc, dec = spec.encoder, spec.decoder
-    enc.embeddings[0].weight = array(model.src_embed.tokens.weight)
-    dec.embeddings.weight = array(model.tgt_embed.tokens.weight)
-    enc.position_encodings.encodings = array(model.src_embed.position_table())
-    dec.position_encodings.encodings = array(model.tgt_embed.position_table())
-    enc.scale_embeddings = dec.scale_embeddings = True  # by sqrt(D)
-    for s, layer in zip(enc.layer, model.encoder_layers):
-        attn(s.self_attention, layer.self_attn, layer.norm1, cross=False)
-        ffn(s.ffn, layer.ffn, layer.norm2)
-    for s, layer in zip(dec.layer, model.decoder_layers):
-        attn(s.self_attention, layer.self_attn, layer.norm1, cross=False)
-        attn(s.attention, layer.cross_attn, layer.norm2, cross=True)
-        ffn(s.ffn, layer.ffn, layer.norm3)
-    norm(enc.layer_norm, model.encoder_norm)
-    norm(dec.layer_norm, model.decoder_norm)
-    linear(dec.projection, model.output.weight)
+    spec = _transformer_spec(model)
+    _copy_weights(spec, model)
     spec.register_source_vocabulary(src_vocab)
     spec.register_target_vocabulary(tgt_vocab)
     spec.validate()
@@ -134,6 +84,77 @@ def to_ctranslate2(model: nn.Module, src_vocab: list[str], tgt_vocab: list[str],
     out_dir.mkdir(parents=True, exist_ok=True)
     spec.save(str(out_dir))
     return out_dir
+
+
+def _transformer_spec(model: nn.Module):
+    """An empty CTranslate2 TransformerSpec of `model`'s shape: pre-norm layers, our
+    activation and LayerNorm epsilon, the source EOS appended by CTranslate2."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    act = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
+    spec = transformer_spec.TransformerSpec.from_config(
+        (model.cfg.encoder_layers, model.cfg.decoder_layers), model.cfg.heads, pre_norm=True,
+        activation=act[model.cfg.activation], with_relative_position=False)
+    spec.config.layer_norm_epsilon = model.encoder_norm.eps  # CT2's default differs
+    spec.config.add_source_eos = True  # our encoder reads pieces + EOS
+    return spec
+
+
+def _copy_weights(spec, model: nn.Module) -> None:
+    """Every weight of `model` into `spec`: embeddings and position tables, each layer's
+    attention and feed-forward blocks with their LayerNorms, the final norms, the output."""
+    enc, dec = spec.encoder, spec.decoder
+    enc.embeddings[0].weight = _array(model.src_embed.tokens.weight)
+    dec.embeddings.weight = _array(model.tgt_embed.tokens.weight)
+    enc.position_encodings.encodings = _array(model.src_embed.position_table())
+    dec.position_encodings.encodings = _array(model.tgt_embed.position_table())
+    enc.scale_embeddings = dec.scale_embeddings = True  # by sqrt(D)
+    for s, layer in zip(enc.layer, model.encoder_layers):
+        _attention(s.self_attention, layer.self_attn, layer.norm1, cross=False)
+        _feed_forward(s.ffn, layer.ffn, layer.norm2)
+    for s, layer in zip(dec.layer, model.decoder_layers):
+        _attention(s.self_attention, layer.self_attn, layer.norm1, cross=False)
+        _attention(s.attention, layer.cross_attn, layer.norm2, cross=True)
+        _feed_forward(s.ffn, layer.ffn, layer.norm3)
+    _norm(enc.layer_norm, model.encoder_norm)
+    _norm(dec.layer_norm, model.decoder_norm)
+    _linear(dec.projection, model.output.weight)
+
+
+def _array(t: torch.Tensor):
+    return t.detach().float().contiguous().numpy()
+
+
+def _linear(s, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    s.weight = _array(weight)
+    if bias is not None:
+        s.bias = _array(bias)
+
+
+def _norm(s, ln: nn.LayerNorm) -> None:
+    s.gamma, s.beta = _array(ln.weight), _array(ln.bias)
+
+
+def _attention(s, module: nn.Module, ln: nn.LayerNorm, cross: bool) -> None:
+    """An attention block: Q, K and V fused into one (3D, D) matrix for self-attention; Q, and
+    K and V fused, for cross-attention."""
+    parts = [module.q_proj, module.k_proj, module.v_proj]
+    w = torch.cat([p.weight for p in parts])  # (3D, D), Q first
+    D = w.size(1)
+    b = torch.cat([p.bias for p in parts]) if parts[0].bias is not None else torch.zeros(3 * D)
+    if cross:  # Q from the target; K and V, fused, from the memory
+        _linear(s.linear[0], w[:D], b[:D])
+        _linear(s.linear[1], w[D:], b[D:])
+    else:
+        _linear(s.linear[0], w, b)
+    _linear(s.linear[-1], module.out_proj.weight, module.out_proj.bias)
+    _norm(s.layer_norm, ln)
+
+
+def _feed_forward(s, module: nn.Module, ln: nn.LayerNorm) -> None:
+    _linear(s.linear_0, module.fc1.weight, module.fc1.bias)
+    _linear(s.linear_1, module.fc2.weight, module.fc2.bias)
+    _norm(s.layer_norm, ln)
 
 
 def decode(translator, tokenizer: Tokenizer, sentences: Sequence[str], cfg: DecodeConfig,

@@ -36,19 +36,22 @@ FAST_CLASSES: dict[type, type] = {
 }
 
 
-def accelerate(model: nn.Module) -> nn.Module:
+def accelerate(model: nn.Module, fuse_qkv: bool = True) -> nn.Module:
     """Give `model`'s modules the fast engine's classes, in place; returns the model.
 
     Each module of exactly a textbook class gets the fast subclass; its parameters, buffers and
     state dict stay as they are, so training, saving and loading work as before.
+
+    Args:
+        fuse_qkv: compute attention's Q, K and V (cross-attention's K and V) side by side in
+            one matmul; the weights stay three matrices either way.
     """
-    fused = getattr(getattr(model, "cfg", None), "fused_qkv", False)
     for module in model.modules():
         fast = FAST_CLASSES.get(type(module))
         if fast is not None:
             module.__class__ = fast
         if isinstance(module, FastMultiHeadAttention):
-            module.fuse_qkv = fuses_projections(module, fused)
+            module.fuse_qkv = fuses_projections(module, fuse_qkv)
     return model
 
 

@@ -141,7 +141,7 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
     Caches are `PackedKVCache` (self-attention) and `MemoryKV` (cross-attention).
     """
 
-    fuse_qkv = True  # set by translate.fast.accelerate from the model's config
+    fuse_qkv = True  # set by translate.fast.accelerate (its `fuse_qkv` option)
 
     def forward(self, x: torch.Tensor, context: Optional[torch.Tensor] = None,
                 mask: Optional[torch.Tensor] = None, causal: bool = False, cache=None,
@@ -221,10 +221,10 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
         return joined(x) if joined is not None else linear(x, layers, self.packs(packs))
 
 
-def fuses_projections(attn: nn.Module, fused_qkv: bool) -> bool:
+def fuses_projections(attn: nn.Module, fuse_qkv: bool) -> bool:
     """Whether Q, K, V can be computed side by side: asked for, and plain Linear weights or an
     int8 copy's joined layer (its quantized Q, K, V layers cannot be joined at each call)."""
     plain = all(isinstance(getattr(attn, name), nn.Linear)
                 for name in ("q_proj", "k_proj", "v_proj"))
     joined = "qkv_int8" in attn._modules or "kv_int8" in attn._modules
-    return fused_qkv and (plain or joined)
+    return fuse_qkv and (plain or joined)

@@ -49,9 +49,6 @@ class TransformerConfig:
     activation: str = field(default="relu", metadata={"choices": tuple(ACTIVATIONS)})
     positions: str = field(default="sinusoidal", metadata={"choices": ("sinusoidal", "learned")})
     max_positions: int = field(default=1024, metadata={"min": 1, "max": 1 << 20})
-    # The fast engine computes self-attention's Q, K and V with one matmul (the weights stay
-    # three matrices either way).
-    fused_qkv: bool = True
     qkv_bias: bool = True
     tie_embeddings: bool = True  # source, target and output share weights (joint vocab only)
 

@@ -106,30 +106,50 @@ def build_app(translator: Translator, cfg: ServeConfig = ServeConfig(),
               bound: str = "127.0.0.1") -> HostGuard:
     """The app serving `translator` on address `bound`; its batcher (`app.state.batcher`)
     lives with the app."""
-    max_positions = translator.model.cfg.max_positions
+    endpoints = Endpoints(translator, cfg)
 
-    def run(key: Hashable, texts: list[str]) -> list:
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        app.state.batcher = Batcher(endpoints.work, cfg.batch_wait_ms, cfg.max_batch,
+                                    cfg.max_queue, cfg.max_call_work, cfg.deadline_s)
+        app.state.batcher.start()
+        yield
+        await app.state.batcher.stop()
+
+    routes = [Route("/translate", logged(endpoints.translate), methods=["POST"]),
+              Route("/attention", logged(endpoints.attention), methods=["POST"]),
+              Route("/health", logged(endpoints.health), methods=["GET"]),
+              Route("/", logged(endpoints.page), methods=["GET"]),
+              Mount("/page", StaticFiles(directory=PAGE), name="page")]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: http_error})
+    return HostGuard(app, allowed_hosts(bound, cfg.allowed_hosts))
+
+
+class Endpoints:
+    """The app's handlers over one `Translator`, within `cfg`'s limits, and the model's work
+    they queue (`work`, which the batcher runs)."""
+
+    def __init__(self, translator: Translator, cfg: ServeConfig):
+        self.translator, self.cfg = translator, cfg
+        self.max_positions = translator.model.cfg.max_positions
+
+    def work(self, key: Hashable, texts: list[str]) -> list:
         """The model's work (and the attention's JSON), in the batcher's worker thread."""
+        translator = self.translator
         if key == "attention":
             return [attention_json(translator.attention(text), translator.arch) for text in texts]
         _, beam, nbest = key
         return translator.translate(texts, beam=beam, nbest=nbest, return_scores=True)
 
-    @asynccontextmanager
-    async def lifespan(app: Starlette):
-        app.state.batcher = Batcher(run, cfg.batch_wait_ms, cfg.max_batch, cfg.max_queue,
-                                    cfg.max_call_work, cfg.deadline_s)
-        app.state.batcher.start()
-        yield
-        await app.state.batcher.stop()
-
-    async def translate(request: Request) -> Response:
+    async def translate(self, request: Request) -> Response:
+        cfg = self.cfg
         body = await read_json(request, cfg.max_request_bytes, ("texts", "text", "beam", "nbest"),
                                cfg.body_timeout_s)
         texts = read_texts(body, cfg.max_texts)
         beam = read_int(body, "beam", 5, 1, cfg.max_beam)
         nbest = read_int(body, "nbest", 1, 1, beam)
-        work = [len(ids) * beam for ids in translator.tokenizer.encode_src(texts)]
+        work = [len(ids) * beam for ids in self.translator.tokenizer.encode_src(texts)]
         if sum(work) > cfg.max_request_work:
             raise RequestError(413, f"the request is {sum(work)} units of work (source pieces "
                                     f"x beam), over the limit of {cfg.max_request_work}: send "
@@ -143,35 +163,27 @@ def build_app(translator: Translator, cfg: ServeConfig = ServeConfig(),
         return JSONResponse({"translations": translations, "scores": scores, "beam": beam,
                              "nbest": nbest})
 
-    async def attention(request: Request) -> Response:
+    async def attention(self, request: Request) -> Response:
+        cfg = self.cfg
         body = await read_json(request, cfg.max_request_bytes, ("text",), cfg.body_timeout_s)
         text = read_text(body.get("text"), "text")
-        pieces = len(translator.tokenizer.encode_src([text])[0])
-        limit = min(max_positions - 1, cfg.max_attention_pieces)
+        pieces = len(self.translator.tokenizer.encode_src([text])[0])
+        limit = min(self.max_positions - 1, cfg.max_attention_pieces)
         if pieces > limit:
             raise RequestError(400, f"the text has {pieces} pieces, over the limit of {limit} "
                                     f"that /attention draws; give a shorter sentence")
         return JSONResponse((await submit(request, "attention", [text], [pieces]))[0])
 
-    async def health(request: Request) -> Response:
-        batcher = request.app.state.batcher
+    async def health(self, request: Request) -> Response:
+        batcher, translator = request.app.state.batcher, self.translator
         return JSONResponse({
             "status": "ok", "model": translator.arch, "step": translator.step,
             "device": str(translator.device), "precision": translator.precision,
             "engine": translator.engine.name, "queue": batcher.queued,
-            "decoding": batcher.decoding, "calls": batcher.calls, "limits": asdict(cfg)})
+            "decoding": batcher.decoding, "calls": batcher.calls, "limits": asdict(self.cfg)})
 
-    async def page(request: Request) -> Response:
+    async def page(self, request: Request) -> Response:
         return FileResponse(PAGE / "index.html")
-
-    routes = [Route("/translate", logged(translate), methods=["POST"]),
-              Route("/attention", logged(attention), methods=["POST"]),
-              Route("/health", logged(health), methods=["GET"]),
-              Route("/", logged(page), methods=["GET"]),
-              Mount("/page", StaticFiles(directory=PAGE), name="page")]
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={HTTPException: http_error})
-    return HostGuard(app, allowed_hosts(bound, cfg.allowed_hosts))
 
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")

@@ -1,0 +1,51 @@
+"""Checkpoints saved by older versions still load: a model config key that is no longer the
+model's (`config.RETIRED_MODEL_KEYS`) is dropped wherever a checkpoint is read."""
+
+import pytest
+import torch
+import yaml
+
+from conftest import untrained_model
+from translate.checkpoint import (load_checkpoint, read_checkpoint, save_checkpoint,
+                                  write_checkpoint)
+from translate.config import ConfigError, load_recipe
+from translate.model_folder import write_model_folder
+from translate.training.checkpoints import check_resumable
+
+
+def test_an_old_checkpoint_with_fused_qkv_in_its_model_config_loads(small_data, tmp_path):
+    """`fused_qkv` was a model key until it became the fast engine's option: a checkpoint, and
+    a model folder exported from one, that still holds it load, and a run resumes from it."""
+    cfg, tokenizer, model = untrained_model(small_data)
+    path = tmp_path / "run" / "last.pt"
+    path.parent.mkdir()
+    save_checkpoint(path, model, cfg, tokenizer, 7, {"trainer": {"elapsed": 1.0}})
+    old = torch.load(path, weights_only=True)
+    old["recipe"]["model"]["fused_qkv"] = True  # as every Transformer run saved it
+    write_checkpoint(path, old)  # checksummed anew: a whole file, as an older version wrote
+    assert "fused_qkv" in torch.load(path, weights_only=True)["recipe"]["model"]
+
+    data = read_checkpoint(path)
+    assert data["recipe"]["model"] == cfg.to_dict()["model"]
+    check_resumable(path, data, cfg)  # the saved model section is the run's recipe's
+    write_model_folder(old, tmp_path / "exported")  # a folder exported before the change
+    for source in (path, tmp_path / "exported"):
+        loaded = load_checkpoint(source)
+        assert loaded.recipe.model == cfg.model
+        for name, tensor in model.state_dict().items():
+            assert torch.equal(loaded.model.state_dict()[name], tensor), name
+
+
+def test_an_old_recipe_with_fused_qkv_loads(recipe_path, tmp_path):
+    """A recipe.yaml an older run wrote (`model.fused_qkv: true`) is still a recipe to train
+    with; any other unknown model key is still refused."""
+
+    raw = yaml.safe_load(recipe_path.read_text(encoding="utf-8"))
+    raw["model"]["fused_qkv"] = False
+    old = tmp_path / "recipe.yaml"
+    old.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    assert load_recipe(old).model == load_recipe(recipe_path).model
+    raw["model"]["fused_qkvs"] = True
+    old.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    with pytest.raises(ConfigError, match="fused_qkvs"):
+        load_recipe(old)
