@@ -14,7 +14,6 @@ import csv
 import hashlib
 import itertools
 import logging
-import os
 import socket
 import urllib.parse
 from dataclasses import dataclass
@@ -35,11 +34,6 @@ TABLE_FORMATS = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet", ".cs
 # Loading raw text, a chunk at a time
 
 
-def resolve_dataset(cfg: DataConfig) -> str:
-    """The dataset to read: TRANSLATE_DATA (if set) wins over the recipe's `data.dataset`."""
-    return os.environ.get("TRANSLATE_DATA") or cfg.dataset
-
-
 @dataclass(frozen=True)
 class SplitSource:
     """Where one split's rows come from: local files of one format, or a hub dataset."""
@@ -57,7 +51,7 @@ class SplitSource:
 
 def find_split(cfg: DataConfig, split: str) -> SplitSource:
     """Find a split, named as in `cfg.splits`, in the local folder or on the hub."""
-    dataset = resolve_dataset(cfg)
+    dataset = cfg.dataset
     name = cfg.splits.get(split, split)
     path = Path(dataset).expanduser()
     if not (path.exists() or dataset.startswith((".", "/", "~"))):

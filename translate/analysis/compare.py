@@ -23,7 +23,7 @@ from translate.analysis.plots import (MetricsError, plot_dev_curves, plot_heatma
                                       plot_length_buckets, pyplot, read_metrics)
 from translate.analysis.report import render_report
 from translate.checkpoint import CheckpointError, Loaded, load_checkpoint
-from translate.data import load_split, resolve_dataset
+from translate.data import load_split
 from translate.engine import Engine, resolve_engine
 from translate.evaluation import evaluate_split
 from translate.inference import decoding_model, translate_sentences
@@ -165,7 +165,7 @@ def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
         data_cfg = replace(data_cfg, dataset=data)
     src, refs = load_split(data_cfg, split)
     if not src:
-        raise ValueError(f"split '{split}' of {resolve_dataset(data_cfg)} has no sentences")
+        raise ValueError(f"split '{split}' of {data_cfg.dataset} has no sentences")
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
 
@@ -178,7 +178,7 @@ def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
         rows.append(row)
     buckets = bleu_by_length(src, refs, hyps)
     results = {
-        "split": split, "dataset": resolve_dataset(data_cfg), "sentences": len(src),
+        "split": split, "dataset": data_cfg.dataset, "sentences": len(src),
         "device": str(dev), "threads": torch.get_num_threads(),
         "decoding": "greedy" if beam == 1 else f"beam {beam}", "systems": rows,
         "significance": paired_bootstrap(list(hyps), list(hyps.values()), refs, n_bootstrap),

@@ -113,7 +113,7 @@ class Trainer:
             log.info("subword sampling: %.2f pieces drawn per piece of the one best (%d train "
                      "pairs); batches hold as many more tokens than train.max_tokens, and pad "
                      "more", ratio, len(some))
-        self.corpus_key = data.corpus_key
+        self.corpus_key, self.source = data.corpus_key, data.source
         model = build_model(recipe.model, self.tokenizer.src_vocab_size,
                             self.tokenizer.tgt_vocab_size, self.tokenizer.joint)
         self.model = self.engine.prepare(model.to(self.device))
@@ -159,7 +159,7 @@ class Trainer:
 
     def run(self) -> int:
         """Train until a stopping rule fires; SIGINT/SIGTERM save last.pt and raise Interrupted."""
-        self.monitor = {s: load_split(self.recipe.data, s) for s in self.cfg.monitor_splits}
+        self.monitor = {s: load_split(self.source, s) for s in self.cfg.monitor_splits}
         self.bar = TrainingBar(self.cfg, self.step, self.elapsed,
                                enabled=self.progress and self.world.is_main)
         self.start = time.perf_counter() - self.elapsed  # a resumed run counts the time spent
