@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,7 +48,10 @@ def show(run_dir: Path, n: int = 3) -> str:
     from translate.data.read import load_split
 
     translator = Translator.load(run_dir)
-    sources, references = load_split(translator.recipe.data, "test_2016_flickr")
+    data = translator.recipe.data
+    if os.environ.get("TRANSLATE_DATA"):  # quickstart.sh's local copy, which the run read
+        data = replace(data, dataset=os.environ["TRANSLATE_DATA"])
+    sources, references = load_split(data, "test_2016_flickr")
     translations = translator.translate(sources[:n])
     lines = ["", "A few test sentences (source, this model, reference):"]
     for source, translation, reference in zip(sources, translations, references):

@@ -26,6 +26,23 @@ def test_train_command_end_to_end(runner, small_data, recipe_path, tmp_path):
     assert (tmp_path / "run" / "best.pt").is_file()
 
 
+def test_translate_data_stands_in_for_data_and_the_run_keeps_its_recipe(runner, small_data,
+                                                                         recipe_path, tmp_path):
+    run = tmp_path / "run"
+    result = runner.invoke(main, ["train", str(recipe_path), "--run-dir", str(run),
+                                  "--no-progress", *sets(*TINY_OVERRIDES, "train.max_steps=20",
+                                                         "train.eval_every=20")],
+                           env={"TRANSLATE_DATA": str(small_data)})
+    assert result.exit_code == 0, result.output
+    assert "dataset: bentrevett/multi30k" in (run / "recipe.yaml").read_text()
+    nowhere = {"TRANSLATE_DATA": str(tmp_path / "nowhere")}
+    evaluate = ["evaluate", str(run / "best.pt"), "--split", "dev"]
+    result = runner.invoke(main, evaluate, env=nowhere)
+    assert result.exit_code == 1 and "data folder not found" in result.output
+    result = runner.invoke(main, [*evaluate, "--data", str(small_data)], env=nowhere)
+    assert result.exit_code == 0, result.output
+
+
 def test_decode_keeps_line_count_and_order(runner, trained_run, tmp_path):
     text = "A man is riding a bike.\n\nTwo dogs play in the snow.\n" + "word " * 2000 + "\n"
     result = runner.invoke(main, ["decode", str(trained_run.run_dir)], input=text)

@@ -94,9 +94,11 @@ def test_hub_name_offline_says_how_to_use_a_local_copy():
     assert "\n" not in str(e.value)
 
 
-def test_environment_variable_points_at_local_copy(small_data, monkeypatch):
+def test_the_library_reads_the_dataset_it_is_given_not_the_environment(small_data, monkeypatch):
+    # TRANSLATE_DATA is the command line's to read (tests/test_cli.py)
     monkeypatch.setenv("TRANSLATE_DATA", str(small_data))
-    assert len(load_split(DataConfig(), "test_2016_flickr")[0]) == 100
+    with pytest.raises(DataError, match="bentrevett/multi30k"):
+        load_split(DataConfig(), "test_2016_flickr")
 
 
 def test_cleaning_drops_empty_and_letterless_pairs_by_rule(small_data):

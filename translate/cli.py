@@ -3,10 +3,7 @@ export, average. Each command parses, then calls one function."""
 
 from __future__ import annotations
 
-import json
-import logging
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -14,84 +11,20 @@ from pathlib import Path
 import click
 
 from translate.analysis.plots import CURVE_AXES
-from translate.checkpoint import CheckpointError
-from translate.config import RESUME_KEYS, ConfigError
-from translate.data import DataError
-from translate.training import TrainingError
-from translate.training.distributed import RankFailed, current_rank
+from translate.cli_errors import USER_ERRORS, Commands, fail, fail_together
+from translate.cli_options import (NumberList, beam_option, device_option, early_exit_option,
+                                   engine_option, precision_option, serve_limit_options)
+from translate.config import RESUME_KEYS
+from translate.training.distributed import RankFailed
 from translate.utils import install_hint
 
-USER_ERRORS = (ConfigError, DataError, CheckpointError, TrainingError, ValueError, OSError)
+
+def _env_data() -> str | None:
+    """TRANSLATE_DATA, read here alone: the dataset a command reads when --data gives none."""
+    return os.environ.get("TRANSLATE_DATA") or None
 
 
-def _fail(error: Exception) -> None:
-    """Exit with `error` as one `Error:` line, which names the rank of a torchrun run (not 0).
-
-    A broken pipe (`translate decode ... | head -1`) is no error: Click ends the command
-    quietly, as Unix tools do."""
-    if isinstance(error, BrokenPipeError):
-        raise error
-    rank = current_rank()
-    _exiting()
-    raise click.ClickException(f"rank {rank}: {error}" if rank else str(error)) from None
-
-
-def _exiting() -> None:
-    """Before a failing process exits under torchrun, ignore the SIGTERM torchrun sends every
-    process once one has exited: this one is exiting already, and its message and exit code must
-    not be cut short."""
-    if os.environ.get("TORCHELASTIC_RUN_ID"):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
-device_option = click.option("--device", default=None,
-                             help="cpu, cuda, cuda:1, mps (default: the best available).")
-precision_option = click.option(
-    "--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]), default=None,
-    help="Decoding precision (default: the recipe's train.precision); auto: bf16 on a GPU and on "
-    "CPUs with AMX (or AMD ones with AVX512-BF16), else fp32; int8 quantizes the linear layers, "
-    "CPU only (the default device then).")
-beam_option = click.option("--beam", type=click.IntRange(min=1), default=None,
-                           help="Beam size; 1 = greedy (default: the recipe's decode.beam, 5).")
-early_exit_option = click.option(
-    "--early-exit/--no-early-exit", default=None,
-    help="Beam search: stop a sentence once no live hypothesis, ended at the next step, would "
-    "outscore the finished ones; --no-early-exit: once none could at any length, which gives "
-    "what searching on to beam-size finished hypotheses would (default: the recipe's "
-    "decode.early_exit, on).")
-engine_option = click.option(
-    "--engine", type=click.Choice(["auto", "fast", "plain", "gpu", "textbook"]), default="auto",
-    show_default=True,
-    help="textbook: translate/models/ exactly as written, attention included (edit it and see); "
-    "plain: the same model with PyTorch's fused attention; fast: the CPU speed work "
-    "(translate.fast); gpu: plain with searches that read the device every few steps "
-    "(translate.gpu); auto: fast on the CPU, plain elsewhere. Translations agree to rounding.")
-
-
-class _Commands(click.Group):
-    """The command group, with one boundary for failures: a user error was already turned into
-    one `Error:` line; anything else that escapes a command (a bug, or a library failing in a
-    way no check foresaw) becomes one line too, naming what failed, unless --verbose or
-    TRANSLATE_DEBUG=1 asks for the traceback."""
-
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit,
-                KeyboardInterrupt, BrokenPipeError):
-            raise
-        except Exception as e:
-            if ctx.params.get("verbose") or os.environ.get("TRANSLATE_DEBUG", "") not in ("", "0"):
-                raise
-            _exiting()
-            from translate.utils import first_line
-
-            raise click.ClickException(f"{type(e).__name__}: {first_line(e)[:300]} (unexpected: "
-                                       f"rerun with --verbose for the traceback, and please "
-                                       f"report it)") from None
-
-
-@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="translate-nmt")
 @click.option("-v", "--verbose", is_flag=True,
               help="Log debug messages; show the traceback of an unexpected failure.")
@@ -100,9 +33,6 @@ def main(verbose: bool) -> None:
     from translate.utils import log_to_console
 
     log_to_console(verbose)
-    for noisy in ("datasets", "fsspec", "filelock", "urllib3", "huggingface_hub", "matplotlib",
-                  "sacrebleu", "asyncio"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 @main.command()
@@ -139,64 +69,38 @@ def train(recipe, overrides, run_dir, resume_dir, data_path, overwrite, device, 
     from translate.utils import pick_device
 
     try:
-        if data_path:
-            os.environ.pop("TRANSLATE_DATA", None)
         # Under torchrun the processes join first, so that one that cannot read the recipe or
         # the run folder fails them all, with one message.
         with together(join(pick_device(device))):
             cfg, run_dir = _train_recipe(recipe, overrides, run_dir, resume_dir, data_path,
                                          overwrite)
         run_training(cfg, run_dir, device, progress=not no_progress and sys.stderr.isatty(),
-                     resume=bool(resume_dir), overwrite=overwrite)
+                     resume=bool(resume_dir), overwrite=overwrite,
+                     dataset=None if data_path else _env_data())
     except RankFailed as e:
-        _fail_together(e)
+        fail_together(e)
     except Interrupted as e:  # rank 0, which saved the checkpoint, has logged it
         sys.exit(128 + e.signum)
     except USER_ERRORS as e:
-        _fail(e)
+        fail(e)
 
 
 def _train_recipe(recipe: str | None, overrides: tuple, run_dir: str | None,
                   resume_dir: str | None, data_path: str | None, overwrite: bool = False):
     """The recipe and run folder `translate train`'s arguments name."""
     from translate.config import load_recipe
+    from translate.training.checkpoints import load_run_recipe
 
     if resume_dir:
         if recipe or run_dir or overwrite:
             raise click.UsageError("--resume RUN_DIR takes no RECIPE, --run-dir or --overwrite: "
                                    "the run folder holds its recipe")
-        return _resume_recipe(resume_dir, overrides, data_path), Path(resume_dir)
+        return load_run_recipe(Path(resume_dir), overrides, data_path), Path(resume_dir)
     if not recipe:
         raise click.UsageError("give a RECIPE, or --resume RUN_DIR")
     data = [f"data.dataset={data_path}"] if data_path else []
     run_dir = run_dir or f"runs/{Path(recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     return load_recipe(recipe, (*overrides, *data)), Path(run_dir)
-
-
-def _fail_together(error: RankFailed) -> None:
-    """A failure the processes of a torchrun run agreed on, reported once, by rank 0: its own
-    error as a lone process would, or the failing rank's message. A bug keeps its traceback,
-    on the rank it happened on; the other ranks exit quietly."""
-    own = error.__cause__  # this rank's own error, when it failed
-    rank = current_rank()
-    _exiting()
-    if own is not None and not isinstance(own, (*USER_ERRORS, click.ClickException)):
-        raise own from None
-    if rank != 0:
-        sys.exit(1)
-    if isinstance(own, click.ClickException):
-        raise own from None
-    _fail(own or error)
-
-
-def _resume_recipe(run_dir: str, overrides: tuple, data_path: str | None):
-    """The run's recipe with resume-safe overrides; --data only moves where the data is read."""
-    from dataclasses import replace
-
-    from translate.training.checkpoints import load_run_recipe
-
-    cfg = load_run_recipe(Path(run_dir), overrides)
-    return replace(cfg, data=replace(cfg.data, dataset=data_path)) if data_path else cfg
 
 
 @main.command()
@@ -230,40 +134,21 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, early_exit,
     At a terminal (no -i, stdin not redirected) it is interactive: each line is translated as
     soon as it is typed.
     """
-    from translate.checkpoint import load_checkpoint
-    from translate.config import decode_options
-    from translate.decode_io import (check_output, chunks, format_hypotheses, open_input,
-                                     open_output)
-    from translate.engine import resolve_engine
-    from translate.inference import decode_sentences, decoding_model
-    from translate.utils import pick_device
+    from translate.decode_io import OptionError, decode_file
 
+    at_terminal = input_path == "-" and sys.stdin.isatty()
+    prompt = "type a sentence and press Enter (Ctrl-D to quit)" if at_terminal else ""
     try:
-        check_output(output_path, input_path)
-        dev = pick_device(device, precision)
-        loaded = load_checkpoint(checkpoint, dev)
-        engine = resolve_engine(engine, dev)
-        cfg = decode_options(loaded.recipe.decode, beam=beam, lenpen=lenpen,
-                             early_exit=early_exit, max_tokens=max_tokens, batch_size=batch_size)
-        if nbest > cfg.beam:
-            raise click.UsageError(f"--nbest ({nbest}) cannot exceed the beam size ({cfg.beam})")
-        model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
-                                          dev, engine)
-        interactive = interactive or (input_path == "-" and sys.stdin.isatty())
-        if interactive and input_path == "-" and sys.stdin.isatty():
-            click.echo("type a sentence and press Enter (Ctrl-D to quit)", err=True)
-        with open_input(input_path) as source, open_output(output_path) as sink:
-            first = 0
-            for lines in chunks(source, input_path, 1 if interactive else chunk):
-                found = decode_sentences(model, loaded.tokenizer, lines, cfg, dev, precision,
-                                         progress=output_path != "-" and sys.stderr.isatty(),
-                                         nbest=nbest, with_scores=scores, engine=engine)
-                sink.write("".join(format_hypotheses(first + i, hyps, nbest, scores)
-                                   for i, hyps in enumerate(found)))
-                sink.flush()
-                first += len(lines)
+        decode_file(checkpoint, input_path, output_path, nbest=nbest, scores=scores,
+                    chunk=1 if interactive or at_terminal else chunk, device=device,
+                    precision=precision, engine=engine, prompt=prompt,
+                    progress=output_path != "-" and sys.stderr.isatty(), beam=beam,
+                    lenpen=lenpen, early_exit=early_exit, max_tokens=max_tokens,
+                    batch_size=batch_size)
+    except OptionError as e:
+        raise click.UsageError(str(e)) from None
     except USER_ERRORS as e:
-        _fail(e)
+        fail(e)
 
 
 @main.command()
@@ -284,35 +169,23 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, early_exit,
 def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, early_exit, as_json,
              device, precision, engine):
     """Score a CHECKPOINT on named splits, or score --hyp against --ref."""
-    from dataclasses import asdict
-
-    from translate.decode_io import read_lines
-    from translate.evaluation import score_checkpoint
-    from translate.scoring import score
+    from translate.evaluation import score_checkpoint, score_files, scores_report
 
     try:
         if hyp or ref:
             if not (hyp and ref) or checkpoint:
                 raise click.UsageError("give --hyp and --ref together, without a checkpoint")
-            hyps, refs = read_lines(hyp), read_lines(ref)
-            if not hyps:
-                raise DataError(f"{hyp} is empty: nothing to score")
-            if len(hyps) != len(refs):
-                raise DataError(f"{hyp} has {len(hyps)} lines, {ref} has {len(refs)}")
-            results = {Path(hyp).name: score(hyps, refs, lang or "de")}
+            results = score_files(hyp, ref, lang)
         elif checkpoint:
-            results = score_checkpoint(checkpoint, splits, data_path, device, beam, lenpen,
-                                       precision, engine, progress=sys.stderr.isatty(),
-                                       early_exit=early_exit)
+            results = score_checkpoint(checkpoint, splits, data_path or _env_data(), device,
+                                       beam, lenpen, precision, engine,
+                                       progress=sys.stderr.isatty(), early_exit=early_exit)
         else:
             raise click.UsageError("give a CHECKPOINT, or --hyp and --ref")
     except USER_ERRORS as e:
-        _fail(e)
-    if as_json:
-        click.echo(json.dumps({k: asdict(v) for k, v in results.items()}, indent=2))
-    else:
-        for name, s in results.items():
-            click.echo(f"== {name} ==\n{s.summary()}")
+        fail(e)
+    for block in scores_report(results, as_json):
+        click.echo(block)
 
 
 @main.command()
@@ -342,36 +215,12 @@ def compare(runs, split, output, data_path, device, samples, beam, engine):
     from translate.analysis.report import findings
 
     try:
-        if data_path:
-            os.environ.pop("TRANSLATE_DATA", None)
-        results = run_compare(runs, split, output, data_path, device, samples,
+        results = run_compare(runs, split, output, data_path or _env_data(), device, samples,
                               progress=sys.stderr.isatty(), engine=engine, beam=beam)
     except USER_ERRORS as e:
-        _fail(e)
+        fail(e)
     click.echo("\n".join(findings(results)))
     click.echo(f"\nreport: {Path(output) / 'report.md'}")
-
-
-class _NumberList(click.ParamType):
-    """Comma-separated numbers, each checked: `1,2,4,8`."""
-
-    name = "list"
-
-    def __init__(self, kind: type, lowest: float):
-        self.kind, self.lowest = kind, lowest
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, tuple):
-            return value
-        try:
-            numbers = tuple(self.kind(v) for v in str(value).split(",") if v.strip())
-        except ValueError:
-            self.fail(f"{value!r} is not a comma-separated list of {self.kind.__name__}s",
-                      param, ctx)
-        if not numbers or min(numbers) < self.lowest:
-            self.fail(f"{value!r}: give one or more values, each at least {self.lowest}",
-                      param, ctx)
-        return numbers
 
 
 @main.command("tune-beam")
@@ -380,9 +229,9 @@ class _NumberList(click.ParamType):
               help="The dev split to choose on (a test split is refused).")
 @click.option("--data", "data_path", default=None, metavar="PATH_OR_HUB_NAME",
               help="Dataset instead of the recipe's.")
-@click.option("--beams", type=_NumberList(int, 1), default="1,2,4,5,8", show_default=True,
+@click.option("--beams", type=NumberList(int, 1), default="1,2,4,5,8", show_default=True,
               help="Beam sizes to try.")
-@click.option("--lenpens", type=_NumberList(float, 0), default="0,0.3,0.6,1,1.5",
+@click.option("--lenpens", type=NumberList(float, 0), default="0,0.3,0.6,1,1.5",
               show_default=True, help="Length penalties (GNMT alpha) to try.")
 @click.option("-o", "--output", type=click.Path(file_okay=False), default=None,
               help="Folder for sweep.json, sweep.md and sweep.png.")
@@ -396,16 +245,13 @@ def tune_beam(checkpoint, split, data_path, beams, lenpens, output, early_exit, 
     every pair of --beams and --lenpens, print the BLEU table and the best setting."""
     from translate.analysis.beam_sweep import summary, sweep_beams, write_sweep
 
-    def report(point):
-        click.echo(f"beam {point.beam}, length penalty {point.lenpen:g}: BLEU {point.bleu:.2f} "
-                   f"({point.sentences_per_s:.0f} sentences/s)", err=True)
-
     try:
-        sweep = sweep_beams(checkpoint, split, beams, lenpens, data_path, device, precision,
-                            engine, early_exit, report)
+        sweep = sweep_beams(checkpoint, split, beams, lenpens, data_path or _env_data(), device,
+                            precision, engine, early_exit,
+                            lambda point: click.echo(point.line(), err=True))
         written = write_sweep(sweep, output) if output else []
     except USER_ERRORS as e:
-        _fail(e)
+        fail(e)
     click.echo(summary(sweep))
     for path in written:
         click.echo(f"wrote {path}")
@@ -423,18 +269,12 @@ def attention(checkpoint, text, output, device):
     A Transformer gets a grid (encoder self-attention, decoder causal self-attention and
     cross-attention; one column per layer, heads averaged); an RNN its alignment matrix.
     """
-    from translate.checkpoint import load_checkpoint
-    from translate.analysis.attention import attention_figure, attention_maps
-    from translate.utils import pick_device
+    from translate.analysis.attention import draw_attention
 
     try:
-        dev = pick_device(device)
-        loaded = load_checkpoint(checkpoint, dev)
-        maps = attention_maps(loaded.model, loaded.tokenizer, text, loaded.recipe.decode, dev)
-        title = f"{loaded.recipe.model.arch}: {text.strip()}  →  {maps.translation}"
-        path = attention_figure(maps, output, title)
+        maps, path = draw_attention(checkpoint, text, output, device)
     except USER_ERRORS as e:
-        _fail(e)
+        fail(e)
     click.echo(f"translation: {maps.translation}")
     click.echo(f"figure: {path}")
 
@@ -447,42 +287,7 @@ def attention(checkpoint, text, output, device):
 @device_option
 @precision_option
 @engine_option
-@click.option("--batch-wait-ms", type=click.FloatRange(min=0), default=5.0, show_default=True,
-              help="How long a request waits for others to be decoded with it (0: no wait).")
-@click.option("--max-batch", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Sentences decoded in one call at most; 1 with --batch-wait-ms 0 turns "
-              "batching off (one request a call).")
-@click.option("--max-queue", type=click.IntRange(min=1), default=256, show_default=True,
-              help="Sentences waiting at most; past it requests get 429.")
-@click.option("--max-texts", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Sentences in one request at most; past it 400.")
-@click.option("--max-beam", type=click.IntRange(min=1), default=16, show_default=True,
-              help="Largest beam a request may ask for; past it 400.")
-@click.option("--max-request-bytes", type=click.IntRange(min=1), default=65536,
-              show_default=True, help="Request body size at most; past it 413.")
-@click.option("--max-attention-pieces", type=click.IntRange(min=1), default=128,
-              show_default=True, help="Source pieces /attention draws at most; past it 400.")
-@click.option("--max-call-work", type=click.IntRange(min=1), default=8192, show_default=True,
-              help="Work (source pieces x beam) in one decoding call at most: a request over "
-              "it is decoded in parts, with other requests served between them.")
-@click.option("--max-request-work", type=click.IntRange(min=1), default=65536,
-              show_default=True, help="Work (source pieces x beam) in one request at most; "
-              "past it 413.")
-@click.option("--deadline-s", type=click.FloatRange(min=0, min_open=True), default=120.0,
-              show_default=True, help="Seconds a request may take; past them 503.")
-@click.option("--head-timeout-s", type=click.FloatRange(min=0, min_open=True), default=10.0,
-              show_default=True, help="Seconds a client has to send a request's headers; "
-              "then its connection is closed.")
-@click.option("--body-timeout-s", type=click.FloatRange(min=0, min_open=True), default=10.0,
-              show_default=True, help="Seconds a client has to send a request's body; past "
-              "them 408.")
-@click.option("--max-connections", type=click.IntRange(min=1), default=None,
-              help="Connections open at most; past it the one idle longest is closed "
-              "(default: what the descriptor limit, ulimit -n, leaves room for, at most 1024).")
-@click.option("--allow-host", "allowed_hosts", multiple=True, metavar="NAME",
-              help="A name clients may reach the server by besides its address and localhost "
-              "(repeatable); others are refused (421), so a web page cannot reach it through a "
-              "DNS name of its own. With --host 0.0.0.0 and none given, any name is accepted.")
+@serve_limit_options
 def serve(checkpoint, host, port, device, precision, engine, **limits):
     """Serve a CHECKPOINT (a .pt file or a run folder) over HTTP, with a page at /.
 
@@ -494,15 +299,15 @@ def serve(checkpoint, host, port, device, precision, engine, **limits):
     except ModuleNotFoundError as e:
         if (e.name or "").split(".")[0] not in ("starlette", "uvicorn"):
             raise
-        _fail(ModuleNotFoundError(f"translate serve needs Starlette and uvicorn: "
-                                  f"{install_hint('serve')}; no module named {e.name!r}"))
+        fail(ModuleNotFoundError(f"translate serve needs Starlette and uvicorn: "
+                                 f"{install_hint('serve')}; no module named {e.name!r}"))
     limits = {k: v for k, v in limits.items() if v is not None}  # None: the default
     try:
         run_server(checkpoint, ServeConfig(**limits), host, port, device, precision, engine)
     except KeyboardInterrupt:  # uvicorn stopped gracefully, then raised the signal again
         sys.exit(130)
     except USER_ERRORS as e:
-        _fail(e)
+        fail(e)
 
 
 @main.command()
@@ -521,7 +326,7 @@ def curve(run_dirs, output, monitor, x):
     try:
         click.echo(f"wrote {plot_learning_curves(list(run_dirs), output, monitor, x)}")
     except (MetricsError, OSError) as e:
-        _fail(e)
+        fail(e)
 
 
 @main.command("export")
@@ -546,7 +351,7 @@ def export_command(checkpoint, fmt, output, dtype, quantization):
     try:
         click.echo(export(checkpoint, fmt, output, dtype, quantization).summary())
     except USER_ERRORS as e:
-        _fail(e)
+        fail(e)
 
 
 @main.command()
@@ -569,7 +374,7 @@ def average(run_dir, last, output, raw, force):
     try:
         result = average_checkpoints(run_dir, last, output, raw, force)
     except USER_ERRORS as e:
-        _fail(e)
+        fail(e)
     click.echo(f"averaged {', '.join(p.name for p in result.inputs)} into {result.path}")
 
 

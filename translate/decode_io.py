@@ -4,7 +4,7 @@ The input is read lazily in chunks (or a line at a time when interactive), so a 
 of lines never sits in memory. An output file is written beside its final path and renamed over
 it only when every line is translated: an error half-way (an invalid byte on line 90,000, Ctrl-C)
 leaves the old file, if any, as it was. An output that is the input itself is refused before
-anything is opened for writing.
+anything is opened for writing. `decode_file` is the whole command: load, check, translate.
 """
 
 from __future__ import annotations
@@ -15,9 +15,49 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import BinaryIO, Iterator, TextIO
 
+from translate.checkpoint import load_checkpoint
+from translate.config import decode_options
 from translate.data import DataError
 from translate.data.read import iter_lines
-from translate.utils import atomic_write
+from translate.engine import resolve_engine
+from translate.inference import decode_sentences, decoding_model
+from translate.utils import atomic_write, pick_device
+
+
+class OptionError(ValueError):
+    """Options that contradict each other or the checkpoint: the command line's usage error."""
+
+
+def decode_file(checkpoint: str, input_path: str = "-", output_path: str = "-", nbest: int = 1,
+                scores: bool = False, chunk: int = 10_000, device: str | None = None,
+                precision: str | None = None, engine: str = "auto", prompt: str = "",
+                progress: bool = False, **options) -> None:
+    """`translate decode`: translate the lines of `input_path` (- = stdin) with `checkpoint` into
+    `output_path` (- = stdout), `chunk` lines at a time (1: each as soon as it is read).
+
+    `options` (beam, lenpen, early_exit, max_tokens, batch_size; None: the recipe's) set the
+    decoding; `prompt`, if any, goes to stderr once the model is ready to translate."""
+    check_output(output_path, input_path)
+    dev = pick_device(device, precision)
+    loaded = load_checkpoint(checkpoint, dev)
+    resolved = resolve_engine(engine, dev)
+    cfg = decode_options(loaded.recipe.decode, **options)
+    if nbest > cfg.beam:
+        raise OptionError(f"--nbest ({nbest}) cannot exceed the beam size ({cfg.beam})")
+    model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
+                                      dev, resolved)
+    if prompt:
+        print(prompt, file=sys.stderr, flush=True)
+    with open_input(input_path) as source, open_output(output_path) as sink:
+        first = 0
+        for lines in chunks(source, input_path, chunk):
+            found = decode_sentences(model, loaded.tokenizer, lines, cfg, dev, precision,
+                                     progress=progress, nbest=nbest, with_scores=scores,
+                                     engine=resolved)
+            sink.write("".join(format_hypotheses(first + i, hyps, nbest, scores)
+                               for i, hyps in enumerate(found)))
+            sink.flush()
+            first += len(lines)
 
 
 def open_input(path: str):

@@ -1,16 +1,20 @@
 """Decode a split and score it: what training's dev and test decodes, `translate evaluate` and
-`translate compare` all do, written once."""
+`translate compare` all do, written once; and `translate evaluate`'s own scoring and report."""
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 from torch import nn
 
 from translate.config import DecodeConfig
+from translate.decode_io import read_lines
+from translate.data import DataError
 from translate.engine import PLAIN, Engine
 from translate.inference import translate_sentences
 from translate.scoring import Scores, score
@@ -58,7 +62,6 @@ def ready_checkpoint(checkpoint: str, data_path: str | None = None, device: str 
                      precision: str | None = None, engine: str = "auto") -> ReadyCheckpoint:
     """Load `checkpoint` and prepare its model for `precision` (default: the recipe's) and
     `engine`; its splits are read from `data_path` instead of the recipe's dataset if given."""
-    import os
     from dataclasses import replace
 
     from translate.checkpoint import load_checkpoint
@@ -72,7 +75,6 @@ def ready_checkpoint(checkpoint: str, data_path: str | None = None, device: str 
     data_cfg = loaded.recipe.data
     if data_path:
         data_cfg = replace(data_cfg, dataset=data_path)
-        os.environ.pop("TRANSLATE_DATA", None)
     model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
                                       dev, resolved)
     return ReadyCheckpoint(loaded, model, dev, precision, resolved, data_cfg)
@@ -99,3 +101,22 @@ def score_checkpoint(checkpoint: str, splits: Sequence[str] = (), data_path: str
                                         ready.data.tgt_lang, ready.device, ready.precision,
                                         ready.engine, progress=progress).scores
     return results
+
+
+def score_files(hyp: str, ref: str, lang: str | None = None) -> dict[str, Scores]:
+    """`translate evaluate --hyp --ref`: a hypothesis file scored against its references (`lang`,
+    default de: the target language of the legacy tokenization), keyed by the file's name."""
+    hyps, refs = read_lines(hyp), read_lines(ref)
+    if not hyps:
+        raise DataError(f"{hyp} is empty: nothing to score")
+    if len(hyps) != len(refs):
+        raise DataError(f"{hyp} has {len(hyps)} lines, {ref} has {len(refs)}")
+    return {Path(hyp).name: score(hyps, refs, lang or "de")}
+
+
+def scores_report(results: dict[str, Scores], as_json: bool = False) -> list[str]:
+    """`translate evaluate`'s report, a block to print for each name's scores, or one JSON block
+    for all of them."""
+    if as_json:
+        return [json.dumps({k: asdict(v) for k, v in results.items()}, indent=2)]
+    return [f"== {name} ==\n{s.summary()}" for name, s in results.items()]

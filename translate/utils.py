@@ -59,8 +59,12 @@ def install_hint(extra: str) -> str:
 
 def log_to_console(verbose: bool = False) -> None:
     """What the package logs goes to stderr, one plain line a record (debug lines with
-    `verbose`); other libraries' warnings keep Python's default. Under torchrun the ranks after
-    the first log warnings and errors only: rank 0 reports what all of them do."""
+    `verbose`); other libraries' warnings keep Python's default, their chatter below it is
+    dropped. Under torchrun the ranks after the first log warnings and errors only: rank 0
+    reports what all of them do."""
+    for noisy in ("datasets", "fsspec", "filelock", "urllib3", "huggingface_hub", "matplotlib",
+                  "sacrebleu", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     logger = logging.getLogger("translate")
     for handler in [h for h in logger.handlers if isinstance(h, ConsoleHandler)]:
         logger.removeHandler(handler)

@@ -2,7 +2,8 @@
 
 `attention_maps` translates a sentence greedily, then records every attention module while the
 model re-reads its own translation (teacher forcing); each module's `role` and `layer` say what
-it is. `attention_figure` draws them: a row per role, a column per layer.
+it is. `attention_figure` draws them: a row per role, a column per layer. `draw_attention` does
+both for a checkpoint (`translate attention`).
 
 Shapes: H heads, S source pieces, T target pieces.
 """
@@ -20,12 +21,14 @@ import torch
 from torch import nn
 
 from translate.analysis.plots import Heatmap, plot_heatmaps
+from translate.checkpoint import load_checkpoint
 from translate.config import DecodeConfig
 from translate.models.attention import CROSS, DECODER_SELF, ENCODER_SELF, MultiHeadAttention
 from translate.models.rnn import AdditiveAttention
 from translate.search import greedy_search, max_output_length
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS
+from translate.utils import pick_device
 
 
 @contextmanager
@@ -133,3 +136,14 @@ def attention_figure(maps: AttentionMaps, output: str | Path, title: str) -> Pat
     for module in maps.weights:
         rows.setdefault(maps.roles[module][0], []).append(heatmap(maps, module))
     return plot_heatmaps(list(rows.values()), output, title, max_columns=4)
+
+
+def draw_attention(checkpoint: str, text: str, output: str | Path, device: str | None = None
+                   ) -> tuple[AttentionMaps, Path]:
+    """`translate attention`: the maps of `checkpoint`'s translation of `text` (a file or run
+    folder), drawn into `output`; returns them (with the translation) and the figure's path."""
+    dev = pick_device(device)
+    loaded = load_checkpoint(checkpoint, dev)
+    maps = attention_maps(loaded.model, loaded.tokenizer, text, loaded.recipe.decode, dev)
+    title = f"{loaded.recipe.model.arch}: {text.strip()}  →  {maps.translation}"
+    return maps, attention_figure(maps, output, title)

@@ -37,6 +37,11 @@ class SweepPoint:
     length_ratio: float  # hypothesis length / reference length (BLEU's brevity penalty under 1)
     sentences_per_s: float
 
+    def line(self) -> str:
+        """The point as `translate tune-beam` reports it while it sweeps."""
+        return (f"beam {self.beam}, length penalty {self.lenpen:g}: BLEU {self.bleu:.2f} "
+                f"({self.sentences_per_s:.0f} sentences/s)")
+
 
 @dataclass
 class BeamSweep:

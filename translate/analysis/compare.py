@@ -24,7 +24,7 @@ from translate.analysis.plots import (MetricsError, plot_dev_curves, plot_heatma
 from translate.analysis.report import render_report
 from translate.checkpoint import CheckpointError, Loaded, load_checkpoint
 from translate.config import DataConfig
-from translate.data.read import load_split, resolve_dataset
+from translate.data.read import load_split
 from translate.engine import Engine, resolve_engine
 from translate.evaluation import evaluate_split
 from translate.inference import decoding_model, translate_sentences
@@ -159,7 +159,7 @@ def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
     data_cfg = _shared_data(runs, data)
     src, refs = load_split(data_cfg, split)
     if not src:
-        raise ValueError(f"split '{split}' of {resolve_dataset(data_cfg)} has no sentences")
+        raise ValueError(f"split '{split}' of {data_cfg.dataset} has no sentences")
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
 
@@ -172,7 +172,7 @@ def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
         rows.append(row)
     buckets = bleu_by_length(src, refs, hyps)
     results = {
-        "split": split, "dataset": resolve_dataset(data_cfg), "sentences": len(src),
+        "split": split, "dataset": data_cfg.dataset, "sentences": len(src),
         "device": str(dev), "threads": torch.get_num_threads(),
         "decoding": "greedy" if beam == 1 else f"beam {beam}", "systems": rows,
         "significance": paired_bootstrap(list(hyps), list(hyps.values()), refs, n_bootstrap),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import itertools
-import os
 import socket
 import urllib.parse
 from dataclasses import dataclass
@@ -27,9 +26,6 @@ TABLE_FORMATS = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet", ".cs
                  ".tsv": "csv"}
 
 
-def resolve_dataset(cfg: DataConfig) -> str:
-    """The dataset to read: TRANSLATE_DATA (if set) wins over the recipe's `data.dataset`."""
-    return os.environ.get("TRANSLATE_DATA") or cfg.dataset
 
 
 @dataclass(frozen=True)
@@ -49,7 +45,7 @@ class SplitSource:
 
 def find_split(cfg: DataConfig, split: str) -> SplitSource:
     """Find a split, named as in `cfg.splits`, in the local folder or on the hub."""
-    dataset = resolve_dataset(cfg)
+    dataset = cfg.dataset
     name = cfg.splits.get(split, split)
     path = Path(dataset).expanduser()
     if not (path.exists() or dataset.startswith((".", "/", "~"))):

@@ -54,7 +54,8 @@ def build_trainer(recipe: Recipe, run_dir: Path, data: TrainingData, metrics: Me
     updater = build_updater(model, cfg, engine, device, precision, world)
     if world.is_main:
         check_free_space(run_dir, checkpoint_bytes(model, updater.ema is not None))
-    validation = Validation(recipe, data.tokenizer, data.dev, device, precision, engine)
+    validation = Validation(recipe, data.tokenizer, data.dev, device, precision, engine,
+                            data.source)
     return Trainer(recipe, run_dir, metrics, data, batcher, updater, validation, progress, world)
 
 

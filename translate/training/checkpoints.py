@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from translate.checkpoint import (CheckpointError, checkpoint_tokenizer, newest_checkpoint,
@@ -11,17 +12,20 @@ from translate.run_folder import check_own_checkpoint, data_from, run_id
 from translate.tokenizer import Tokenizer
 
 
-def load_run_recipe(run_dir: Path, overrides: list[str] | tuple = ()) -> Recipe:
+def load_run_recipe(run_dir: Path, overrides: list[str] | tuple = (),
+                    dataset: str | None = None) -> Recipe:
     """The recipe a run trains with, read from its newest checkpoint (recipe.yaml is a copy for
-    people to read), with resume-safe `overrides` (`config.RESUME_KEYS`) applied. Only the
-    checkpoint's pickled part is read: `resume_point` reads and verifies the whole file."""
+    people to read), with resume-safe `overrides` (`config.RESUME_KEYS`) applied and `dataset`,
+    if given, as its data (the same data in another place). Only the checkpoint's pickled part
+    is read: `resume_point` reads and verifies the whole file."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(f"run folder not found: {run_dir}")
     path, checkpoint = newest_checkpoint(run_dir, verify=False)
     check_own_checkpoint(path, checkpoint, run_id(run_dir))
     raw = resume_overrides(checkpoint["recipe"], overrides)
-    return data_from(recipe_from_dict(raw, f"{path} (recipe)", resolved=True), run_dir)
+    recipe = data_from(recipe_from_dict(raw, f"{path} (recipe)", resolved=True), run_dir)
+    return replace(recipe, data=replace(recipe.data, dataset=dataset)) if dataset else recipe
 
 
 def resume_point(run_dir: Path, recipe: Recipe, clean: bool = True

@@ -123,6 +123,20 @@ def current_rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
+def reported_failure(error: RankFailed, user_errors: tuple[type, ...]
+                     ) -> Optional[BaseException]:
+    """What this rank reports of a failure the ranks agreed on: rank 0 its own error, as a lone
+    process would, or else the failing rank's; the other ranks nothing (None: exit quietly). An
+    own error not among `user_errors` (a bug) is raised again, with its traceback, on the rank
+    it happened on."""
+    own = error.__cause__  # this rank's own error, when it failed
+    if own is not None and not isinstance(own, user_errors):
+        raise own from None
+    if current_rank() != 0:
+        return None
+    return own or error
+
+
 def _leave() -> None:
     """Leave a gloo world as the process exits (the ranks exit in any order, say after a
     failure): left to interpreter shutdown, gloo's threads may abort the process. NCCL's is left

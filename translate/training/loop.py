@@ -46,7 +46,7 @@ class Trainer:
                  batcher: TrainBatcher, updater: Updater, validation: Validation,
                  progress: bool = True, world: World = World()):
         self.recipe, self.cfg, self.run_dir, self.metrics = recipe, recipe.train, run_dir, metrics
-        self.tokenizer, self.corpus_key = data.tokenizer, data.corpus_key
+        self.tokenizer, self.corpus_key, self.source = data.tokenizer, data.corpus_key, data.source
         self.batcher, self.updater = batcher, updater
         self.model, self.ema, self.device = updater.model, updater.ema, updater.batch_loss.device
         self.validation, self.progress, self.world = validation, progress, world

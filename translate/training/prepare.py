@@ -13,7 +13,7 @@ from translate.data import DataError
 from translate.data.cache import encoded_corpus, sample_pairs
 from translate.data.clean import CleanStats, clean_text_pairs
 from translate.data.encode import EncodedPairs, encode_pairs, filter_lengths
-from translate.data.read import load_split, resolve_dataset
+from translate.data.read import load_split
 from translate.tokenizer import Tokenizer
 from translate.training.distributed import World, main_first, on_main
 
@@ -34,6 +34,7 @@ class TrainingData:
     tokenizer: Tokenizer
     train: EncodedPairs
     dev: DevSplit
+    source: DataConfig  # what the splits were read through; the monitor and test splits too
     corpus_key: str = ""  # the encoded train split's content and tokenizer (translate.data.cache)
 
 
@@ -44,7 +45,7 @@ def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] =
     filter lengths; read the dev split. Across processes rank 0 does each piece of work first;
     the other ranks get its tokenizer and map the corpus it wrote."""
     cfg, tok = recipe.data, recipe.tokenizer
-    log.info("dataset: %s (%s -> %s)", resolve_dataset(cfg), cfg.src_lang, cfg.tgt_lang)
+    log.info("dataset: %s (%s -> %s)", cfg.dataset, cfg.src_lang, cfg.tgt_lang)
     if tokenizer is None:
         tokenizer = on_main(lambda: train_tokenizer(cfg, tok, recipe.train.seed, run_dir,
                                                     progress), world)
@@ -62,9 +63,9 @@ def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] =
              "length ratio over %.1f: %d)", stats.total, stats.kept, stats.empty, stats.no_letters,
              cfg.max_len, stats.too_long, cfg.max_len_ratio, stats.bad_ratio)
     if not len(train):
-        raise DataError(f"{resolve_dataset(cfg)}: no training pair is left after cleaning and "
+        raise DataError(f"{cfg.dataset}: no training pair is left after cleaning and "
                         f"the length filter (data.max_len {cfg.max_len})")
-    return TrainingData(tokenizer, train, read_dev(cfg, tokenizer), corpus.key)
+    return TrainingData(tokenizer, train, read_dev(cfg, tokenizer), cfg, corpus.key)
 
 
 def train_tokenizer(cfg: DataConfig, tok: TokenizerConfig, seed: int, run_dir: Path,
@@ -105,7 +106,7 @@ def given_tokenizer(path: str, joint: bool) -> Tokenizer:
 
 
 def no_usable_pairs(cfg: DataConfig, stats: CleanStats) -> DataError:
-    return DataError(f"{resolve_dataset(cfg)}: the train split has no usable pairs "
+    return DataError(f"{cfg.dataset}: the train split has no usable pairs "
                      f"({stats.total} read, {stats.empty} with an empty side, "
                      f"{stats.no_letters} without letters)")
 

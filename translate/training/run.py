@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import shutil
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -40,7 +40,8 @@ class TrainResult:
 
 
 def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
-          progress: bool = True, resume: bool = False, overwrite: bool = False) -> TrainResult:
+          progress: bool = True, resume: bool = False, overwrite: bool = False,
+          dataset: Optional[str] = None) -> TrainResult:
     """Train a model as the recipe says, then score the best checkpoint on the test splits.
 
     A new run refuses a `run_dir` that holds a run, unless `overwrite` (which deletes that run's
@@ -49,7 +50,8 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
     holds the folder's lock throughout (`run_folder.locked`). Under torchrun, a failure
     while the run starts, on any rank, raises `RankFailed` on every rank. A new run that fails
     before its first step leaves no run folder behind. What the run reports is logged (the
-    `translate` logger), and copied into the run folder's train.log.
+    `translate` logger), and copied into the run folder's train.log. `dataset`, if given, is
+    read instead of the recipe's `data.dataset`, which the run still records (TRANSLATE_DATA).
     """
     world = join(pick_device(device))  # several processes under torchrun, else one
     new_folder = world.is_main and not resume and not run_dir.exists()
@@ -58,7 +60,7 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
         try:
             with together(world):
                 trainer = _start(recipe, run_dir, device, progress, resume, overwrite, world,
-                                 cleanup, claimed)
+                                 cleanup, claimed, dataset)
         except BaseException:
             cleanup.close()  # the log file, before its folder goes
             if new_folder:
@@ -93,7 +95,8 @@ def summary(result: TrainResult) -> str:
 
 
 def _start(recipe: Recipe, run_dir: Path, device: Optional[str], progress: bool, resume: bool,
-           overwrite: bool, world: World, cleanup: ExitStack, claimed: list) -> Trainer:
+           overwrite: bool, world: World, cleanup: ExitStack, claimed: list,
+           dataset: Optional[str] = None) -> Trainer:
     """Lock and check the run folder, claim it (a new run) or find the resume point, prepare the
     data and build the Trainer (restored when resuming); `cleanup` releases the lock and closes
     the log file and the metrics log afterwards."""
@@ -111,7 +114,8 @@ def _start(recipe: Recipe, run_dir: Path, device: Optional[str], progress: bool,
         own_id = start_run(recipe, run_dir, overwrite)
         claimed.append(True)
     cleanup.enter_context(_log_file(run_dir / "train.log", world.is_main))
-    data = prepare_data(recipe, run_dir, tokenizer, world, progress)
+    source = replace(recipe, data=replace(recipe.data, dataset=dataset)) if dataset else recipe
+    data = prepare_data(source, run_dir, tokenizer, world, progress)
     metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=world.is_main)
     cleanup.callback(metrics.close)
     trainer = build_trainer(recipe, run_dir, data, metrics, device, progress, world)
@@ -145,7 +149,7 @@ def test_scores(best: Loaded, trainer: Trainer, progress: bool) -> dict:
                  trainer.precision, recipe.train.precision, precision, trainer.precision)
     results = {}
     for split in recipe.data.test_splits:
-        src, ref = load_split(recipe.data, split)
+        src, ref = load_split(trainer.source, split)
         result = evaluate_split(model, best.tokenizer, src, ref, recipe.decode,
                                 recipe.data.tgt_lang, trainer.device, precision,
                                 trainer.engine, progress)

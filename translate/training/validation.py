@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-from translate.config import Recipe
+from translate.config import DataConfig, Recipe
 from translate.data.batch import iterate_batches
 from translate.data.encode import EncodedPairs
 from translate.data.read import load_split
@@ -62,11 +62,11 @@ class Validation:
     device: torch.device
     precision: str
     engine: Engine
+    source: DataConfig  # where the monitored splits are read (the recipe's, or TRANSLATE_DATA)
     monitor: dict = field(init=False)  # split -> (sources, references)
 
     def __post_init__(self):
-        self.monitor = {s: load_split(self.recipe.data, s)
-                        for s in self.recipe.train.monitor_splits}
+        self.monitor = {s: load_split(self.source, s) for s in self.recipe.train.monitor_splits}
 
     def __call__(self, model: nn.Module) -> tuple[dict, dict]:
         cfg = self.recipe.train
