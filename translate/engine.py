@@ -38,6 +38,8 @@ class Engine:
     candidates: search.Candidates  # beam search's per-step top candidates
     beam_search: Callable = search.beam_search  # translate.search.beam_search's signature
     greedy_search: Callable = search.greedy_search
+    # called once on a training run's optimizer: what the engine's modules need of its steps
+    watch_optimizer: Callable[[torch.optim.Optimizer], None] = lambda optimizer: None
 
 
 PLAIN = Engine("plain", lambda model: model, loss.label_smoothed_cross_entropy,
@@ -48,7 +50,8 @@ def fast_engine(fuse_qkv: bool = True) -> Engine:
     """The fast engine; `fuse_qkv` computes attention's Q, K and V side by side in one matmul
     (`translate.fast.accelerate`)."""
     return Engine("fast", partial(fast.accelerate, fuse_qkv=fuse_qkv),
-                  fast.label_smoothed_cross_entropy, fast.top_candidates)
+                  fast.label_smoothed_cross_entropy, fast.top_candidates,
+                  watch_optimizer=fast.watch_optimizer)
 
 
 FAST = fast_engine()

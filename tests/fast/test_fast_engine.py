@@ -185,11 +185,13 @@ def test_packed_linear_follows_weight_changes_and_copies():
 
 
 def test_packed_linear_follows_the_fused_optimizers_steps():
-    """The fused AdamW kernel leaves the weights' versions alone; `make_optimizer` moves them, so
-    inference after a step uses the new weights, not the packed copy of the old ones."""
+    """The fused AdamW kernel leaves the weights' versions alone; the fast engine's
+    `watch_optimizer` moves them, so inference after a step uses the new weights, not the packed
+    copy of the old ones."""
     layer, x = PackedLinear(16, 24), torch.randn(3, 5, 16)
     optimizer, _ = make_optimizer(layer, TrainConfig())
     assert optimizer.defaults["fused"]  # the CPU's default
+    FAST.watch_optimizer(optimizer)
     optimizer.param_groups[0]["lr"] = 0.1  # no warm-up
     with torch.no_grad():
         layer(x)  # packed now

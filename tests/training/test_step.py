@@ -40,6 +40,7 @@ def skipping_on_device(trainer: Trainer) -> Trainer:
     """`trainer` as it runs on a GPU: fused AdamW, NaN/inf checks left on the device."""
     updater = trainer.updater
     updater.optimizer, updater.scheduler = make_optimizer(trainer.model, trainer.cfg, fused=True)
+    trainer.engine.watch_optimizer(updater.optimizer)
     trainer.updater.defer_checks = True
     return trainer
 
@@ -113,8 +114,30 @@ def test_a_step_not_skipped_on_the_device_is_the_plain_step(make_trainer):
         updater = trainer.updater
         updater.optimizer, updater.scheduler = make_optimizer(trainer.model, trainer.cfg,
                                                               fused=True)
+        trainer.engine.watch_optimizer(updater.optimizer)
         trainer.updater.defer_checks, trainer.state.position = defer, 0
         for _ in range(3):
             trainer.next_step(order)
         weights.append(snapshot(trainer))
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in start)
+
+
+def test_the_fast_engines_packed_weights_follow_the_trainers_steps(make_trainer):
+    """The fast engine packs weights for inference and repacks when a weight's version moves;
+    the fused AdamW leaves versions alone, so the engine watches the run's optimizer
+    (`Engine.watch_optimizer`): after each step the model translates with the new weights."""
+    from translate.models import build_model
+
+    trainer = make_trainer("train.engine=fast")
+    order = trainer.batcher.epoch(trainer.state.epoch)
+    batch = trainer.batcher.batch(order[0])
+    for _ in range(2):
+        trainer.next_step(order)
+        with torch.no_grad():
+            fast = trainer.model.eval()(batch.src, batch.tgt_in)  # (B, T, V) from packed weights
+            tok = trainer.tokenizer
+            plain = build_model(trainer.recipe.model, tok.src_vocab_size, tok.tgt_vocab_size,
+                                tok.joint)
+            plain.load_state_dict(trainer.model.state_dict())
+            torch.testing.assert_close(fast, plain.eval()(batch.src, batch.tgt_in),
+                                       rtol=1e-4, atol=1e-4)

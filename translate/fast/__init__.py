@@ -21,7 +21,7 @@ from torch import nn
 from translate.fast.attention import FastMultiHeadAttention, fuses_projections
 from translate.fast.layers import (ByteDropout, FastRNN, FastTransformer, FusedFeedForward,
                                    GroupedAdditiveAttention)
-from translate.fast.linear import PackedLinear
+from translate.fast.linear import PackedLinear, watch_optimizer
 from translate.fast.loss import label_smoothed_cross_entropy
 from translate.fast.quantize import quantize_int8
 from translate.fast.search import top_candidates

@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.graph import increment_version
 
 ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
           and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
@@ -94,3 +95,15 @@ class PackedLinear(NoPickledPacks, nn.Linear):
     def forward(self, x: torch.Tensor, activation: Optional[str] = None) -> torch.Tensor:
         """x weight^T + bias, then `activation` ("relu", "gelu" or None)."""
         return linear(x, [self], self.packs("_packed"), activation)
+
+
+def watch_optimizer(optimizer: torch.optim.Optimizer) -> None:
+    """Make a fused optimizer's steps move its weights' versions, as an in-place update does:
+    the fused AdamW kernel leaves them alone, and `PackedWeights` remakes its packed copy only
+    when a version moves."""
+    if optimizer.defaults.get("fused"):
+        optimizer.register_step_post_hook(_mark_weights_changed)
+
+
+def _mark_weights_changed(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+    increment_version([p for group in optimizer.param_groups for p in group["params"]])

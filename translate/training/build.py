@@ -89,6 +89,7 @@ def build_updater(model: nn.Module, cfg: TrainConfig, engine: Engine, device: to
     ema = copy.deepcopy(model).eval().requires_grad_(False) if cfg.ema_decay > 0 else None
     figure_dtype = torch.float32 if device.type == "mps" else torch.float64
     optimizer, scheduler = make_optimizer(model, cfg, capturable=cfg.cuda_graphs)
+    engine.watch_optimizer(optimizer)  # the fast engine's packed weights follow its steps
     graphs = StepGraphs(model, ema, optimizer, cfg.label_smoothing, cfg.clip_norm, batch_loss,
                         device, figure_dtype) if cfg.cuda_graphs else None
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")

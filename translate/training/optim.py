@@ -7,7 +7,6 @@ from typing import Optional
 
 import torch
 from torch import nn
-from torch.autograd.graph import increment_version
 
 from translate.config import TrainConfig
 
@@ -68,8 +67,6 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, fused: Optional[bool] = N
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=tuple(cfg.betas), eps=1e-9,
                                   weight_decay=cfg.weight_decay, fused=fused or None,
                                   capturable=capturable)
-    if fused:  # its kernel leaves the weights' versions, which the fast engine's packs key on
-        optimizer.register_step_post_hook(_mark_weights_changed)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, LRSchedule(cfg.lr_schedule, cfg.warmup))
     return optimizer, scheduler
@@ -106,12 +103,6 @@ def restore_lr_tensors(optimizer: torch.optim.Optimizer, capturable: bool) -> No
 
 def _lr_dtype(device: torch.device) -> torch.dtype:
     return torch.float64 if device.type == "cpu" else torch.float32
-
-
-def _mark_weights_changed(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
-    """Move every weight's version, as an in-place update does (`PackedWeights` remakes its
-    packed copy when it moves)."""
-    increment_version([p for group in optimizer.param_groups for p in group["params"]])
 
 
 def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
