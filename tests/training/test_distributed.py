@@ -223,6 +223,8 @@ def assert_resumed_as_straight(run: Path, straight: Path, end: int) -> None:
         assert torch.equal(resumed["train_model"][name], weight), name
 
 
+# slow: a torchrun pair trained to its patience (13 s)
+@pytest.mark.slow
 def test_early_stopping_under_torchrun_stops_every_rank_at_once(recipe_path, small_data,
                                                                  tmp_path):
     """Rank 0 validates alone; its patience decision reaches rank 1, which would otherwise train

@@ -173,6 +173,8 @@ def resume_to(data: Path, run: Path, end: int, step: int) -> list[dict]:
     return records
 
 
+# slow: a torchrun pair trained, stopped and resumed (18 s); test_signals covers one process
+@pytest.mark.slow
 def test_ctrl_c_saves_once_and_the_run_resumes(recipe_path, small_data, tmp_path):
     run = tmp_path / "run"
     step = stop_with_ctrl_c(recipe_path, small_data, run)
