@@ -132,6 +132,19 @@ def test_health_names_the_model_and_the_queue(client, translator):
     assert body["model"] == "transformer" and body["step"] == translator.step
     assert (body["device"], body["precision"], body["queue"]) == ("cpu", "fp32", 0)
     assert body["limits"]["max_beam"] == ServeConfig().max_beam
+    assert (body["source_lang"], body["target_lang"]) == ("en", "de")
+
+
+def test_health_names_the_runs_languages_not_a_fixed_pair(trained_run):
+    """A German → English run says so: the page labels its boxes from these fields."""
+    from dataclasses import replace
+
+    reverse = load_translator(trained_run.run_dir, device="cpu", precision="fp32")
+    data = replace(reverse.recipe.data, src_lang="de", tgt_lang="en")
+    reverse.recipe = replace(reverse.recipe, data=data)
+    with serving(reverse) as client:
+        body = client.get("/health").json()
+    assert (body["source_lang"], body["target_lang"]) == ("de", "en")
 
 
 def test_the_page_and_its_files_are_served(client):

@@ -50,6 +50,11 @@ def test_the_page_translates_and_draws_the_attention(url, driver, trained_run, t
     translator = load_translator(trained_run.run_dir, "cpu", "fp32")
     assert shown["error"] == ""
     assert shown["translation"] == translator.translate(TEXT, beam=5, nbest=2)[0]
+    from selenium.webdriver.common.by import By
+
+    # the languages come from the run (/health), not from the page
+    assert driver.find_element(By.ID, "direction").text == "English → German"
+    assert driver.find_element(By.ID, "attention-translation").get_attribute("lang") == "de"
     maps = translator.attention(TEXT)  # the heatmap: predicted pieces by source pieces
     assert shown["cells"] == len(maps.out_pieces) * len(maps.src_pieces)
     row = len(maps.out_pieces) // 2  # the row `drive` pointed at

@@ -178,6 +178,8 @@ class Endpoints:
         batcher, translator = request.app.state.batcher, self.translator
         return JSONResponse({
             "status": "ok", "model": translator.arch, "step": translator.step,
+            "source_lang": translator.recipe.data.src_lang,
+            "target_lang": translator.recipe.data.tgt_lang,
             "device": str(translator.device), "precision": translator.precision,
             "engine": translator.engine.name, "queue": batcher.queued,
             "decoding": batcher.decoding, "calls": batcher.calls, "limits": asdict(self.cfg)})

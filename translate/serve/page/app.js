@@ -71,11 +71,33 @@ function score(value) {
   return element("span", "score", `score ${value.toFixed(3)}`);
 }
 
-function german(tag, className, text) {
+// The run's languages, from /health; the page starts as English → German until it answers.
+const LANGUAGE_NAMES = {
+  cs: "Czech", de: "German", en: "English", es: "Spanish", fr: "French", it: "Italian",
+  nl: "Dutch", pt: "Portuguese", ro: "Romanian", ru: "Russian", tr: "Turkish", zh: "Chinese",
+};
+let targetLang = "de";
+
+function languageName(code) {
+  return LANGUAGE_NAMES[code] || code;
+}
+
+function showLanguages(source, target) {
+  targetLang = target;
+  const [from, to] = [languageName(source), languageName(target)];
+  $("direction").textContent = `${from} → ${to}`;
+  document.title = `translate: ${from} → ${to}, with attention`;
+  $("source-label").textContent = `${from}, one sentence a line`;
+  $("source").lang = source;
+  $("output-heading").textContent = to;
+  $("attention-translation").lang = target;
+}
+
+function translated(tag, className, text) {
   // an empty output is shown as such, not as nothing
   const node = element(tag, text ? className : `${className || ""} empty`.trim(),
     text || "(empty translation)");
-  node.lang = "de";
+  node.lang = targetLang;
   return node;
 }
 
@@ -89,7 +111,7 @@ function showTranslations(sources, answer) {
     const scores = answer.nbest > 1 ? answer.scores[i] : [answer.scores[i]];
     item.append(element("p", "source", source));
     const lines = texts.map((text, j) => {
-      const line = german(answer.nbest > 1 ? "li" : "p", j === 0 ? "best" : null, text);
+      const line = translated(answer.nbest > 1 ? "li" : "p", j === 0 ? "best" : null, text);
       line.append(score(scores[j]));
       return line;
     });
@@ -264,6 +286,9 @@ async function showModel() {
     $("model").textContent = `${health.model} · step ${health.step} · ${health.device} · ` +
       `${health.precision} · ${health.engine} engine`;
     $("beam").max = health.limits.max_beam;
+    if (health.source_lang && health.target_lang) {
+      showLanguages(health.source_lang, health.target_lang);
+    }
   } catch (e) {
     $("model").textContent = "";
     showError(e.message);
