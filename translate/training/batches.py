@@ -9,9 +9,9 @@ from typing import Optional
 
 import numpy as np
 
+from translate.config import Recipe, TrainConfig
 from translate.data.batch import Batch, TokenBatches, collate, token_batches
 from translate.data.encode import EncodedPairs
-from translate.config import Recipe, TrainConfig
 from translate.tokenizer import SubwordSampler, Tokenizer
 from translate.training.distributed import World, all_sum
 
@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainBatcher:
+    """The encoded train pairs as a run batches them (`train.max_tokens`,
+    `train.length_multiple`, the seed)."""
+
     pairs: EncodedPairs
     cfg: TrainConfig
     sampler: Optional[SubwordSampler] = None  # tokenizer.sampling_alpha's

@@ -14,9 +14,9 @@ from translate.checkpoint import save_checkpoint
 from translate.config import Recipe
 from translate.data.batch import TokenBatches
 from translate.metrics import LogWindow, MetricsLog
-from translate.training.distributed import World, agree, any_rank, from_main_numbers
 from translate.training.batches import TrainBatcher
 from translate.training.checkpoints import drop_old_steps
+from translate.training.distributed import World, agree, any_rank, from_main_numbers
 from translate.training.prepare import TrainingData
 from translate.training.progress import TrainingBar
 from translate.training.state import (TrainState, budget_used, out_of_budget, train_record,

@@ -19,9 +19,9 @@ from typing import Optional
 import torch
 from torch import nn
 
-from translate.data.batch import Batch
 from translate.checkpoint import upgrade_state_dict
 from translate.config import TrainConfig
+from translate.data.batch import Batch
 from translate.training.batch_loss import BatchLoss
 from translate.training.distributed import World, all_sum_, step_seed, sum_gradients
 from translate.training.graphs import StepGraphs
