@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+import os
 import pickle
 import re
 import shutil
@@ -46,12 +47,13 @@ def save_checkpoint(path: Path, model: nn.Module, recipe: Recipe, tokenizer: Tok
                     step: int, extra: dict[str, Any] | None = None) -> None:
     """Write atomically (`write_checkpoint`): a temporary file, flushed and fsynced, then renamed
     over `path`."""
+    src = _bytes_tensor(tokenizer.src_model)
+    tgt = src if tokenizer.joint else _bytes_tensor(tokenizer.tgt_model)  # joint: saved once
     payload = {
         "format_version": FORMAT_VERSION,
         "model": model.state_dict(),
         "recipe": data_relative_to(recipe, path.parent).to_dict(),
-        "tokenizer": {"src": _bytes_tensor(tokenizer.src_model),
-                      "tgt": _bytes_tensor(tokenizer.tgt_model), "special_ids": SPECIAL_IDS},
+        "tokenizer": {"src": src, "tgt": tgt, "special_ids": SPECIAL_IDS},
         "step": step,
         **(extra or {}),
     }
@@ -99,6 +101,19 @@ def write_checkpoint(path: Path, payload: dict) -> None:
         kept = "is unchanged" if path.exists() else "was not written"
         raise CheckpointError(f"could not write the checkpoint {path} ({e.strerror}); "
                               f"the file {kept}") from None
+
+
+def link_checkpoint(source: Path, path: Path) -> None:
+    """Make `path` the same file as the checkpoint `source` (a hard link, renamed into place);
+    a copy where the file system has no hard links. No step rewrites a checkpoint in place, so
+    the two names never part."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, path)
 
 
 def check_writable(run_dir: Path) -> None:
@@ -288,6 +303,8 @@ def _resumable(path: Path, verify: bool) -> dict | None:
     except CheckpointError as e:
         log.warning("skipping %s", e)
         return None
+    if data.get("weights_only") is True:  # train.step_checkpoints: weights, as intended
+        return None
     if (missing := missing_state(data)) is not None:
         log.warning("skipping %s: it holds no %s to resume from", path, missing)
         return None
@@ -329,4 +346,5 @@ def newest_checkpoint(run_dir: Path, verify: bool = True) -> tuple[Path, dict]:
     if best.exists() and (data := _resumable(best, verify)) is not None:
         return best, data
     raise CheckpointError(f"no readable checkpoint to resume from in {run_dir} (looked for "
-                          f"last.pt, step_*.pt and best.pt)")
+                          f"last.pt, step_*.pt and best.pt; those written with "
+                          f"train.step_checkpoints: weights hold the weights alone)")

@@ -167,7 +167,7 @@ def w(trained_run, recipe_path, small_data, tmp_path_factory):
     world["run:bad_run_json"] = str(bad_id)
     world["run:locked"] = str(shutil.copytree(trained_run.run_dir, runs / "locked"))
     other_optimizer = shutil.copytree(trained_run.run_dir, runs / "other_optimizer")
-    for path in other_optimizer.glob("*.pt"):
+    for path in other_optimizer.glob("last.pt"):  # the training state (step_N.pt: weights)
         data = read_checkpoint(path)
         state = data["optimizer"]["state"]
         for entry in state.values():

@@ -53,8 +53,8 @@ def test_resume_skips_a_checkpoint_without_training_state_naming_what_it_lacks(t
     """As for a damaged file: a warning names the file and the missing part, the run resumes
     from the newest checkpoint before it, and the file stays as it was."""
     run = shutil.copytree(trained_run.run_dir, tmp_path / "run")
-    data = read_checkpoint(run / "best.pt")
-    newest = max(int(p.stem.split("_")[1]) for p in run.glob("step_*.pt"))
+    data = read_checkpoint(run / "last.pt")  # the training state (step_N.pt: weights alone)
+    newest = data["step"]
     cases = {"trainer.epoch": {**data, "trainer": {}}, "trainer": {**data, "trainer": [1]},
              "optimizer": {k: v for k, v in data.items() if k != "optimizer"}}
     for missing, broken in cases.items():
@@ -66,7 +66,7 @@ def test_resume_skips_a_checkpoint_without_training_state_naming_what_it_lacks(t
         assert result.exit_code == 0, result.output
         assert (f"skipping {broken_path}: it holds no {missing} to resume from"
                 in result.output), result.output
-        assert f"resuming from {run / f'step_{newest}.pt'}: step {newest}" in result.output
+        assert f"resuming from {run / 'last.pt'}: step {newest}" in result.output
         assert "Traceback" not in result.output and broken_path.read_bytes() == kept
         assert read_checkpoint(run / f"step_{end}.pt")["step"] == end
         broken_path.unlink()

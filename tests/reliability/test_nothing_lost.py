@@ -151,19 +151,19 @@ def test_resume_reads_the_checkpoints_recipe_and_never_rewrites_recipe_yaml(shor
     assert saved["model"] == started["model"] and saved["tokenizer"] == started["tokenizer"]
 
 
-def test_resume_skips_a_damaged_checkpoint_for_the_one_before(short_run, tmp_path):
+def test_a_damaged_step_checkpoint_is_refused_by_name_and_resume_goes_on(short_run, tmp_path):
+    """step_20.pt (and best.pt, the same file) hold the weights alone: decoding names the damage;
+    --resume takes last.pt, which holds the training state, and writes step_20.pt's successor."""
     run = shutil.copytree(short_run, tmp_path / "run")
-    assert not (run / "last.pt").exists()  # step_20.pt is the newest
-    for name in ("step_20.pt",):
-        raw = bytearray((run / name).read_bytes())
-        raw[len(raw) // 2: len(raw) // 2 + 64] = bytes(64)
-        (run / name).write_bytes(bytes(raw))
+    raw = bytearray((run / "step_20.pt").read_bytes())
+    raw[len(raw) // 2: len(raw) // 2 + 64] = bytes(64)
+    (run / "step_20.pt").write_bytes(bytes(raw))  # a new file: best.pt keeps the old one
     decoded = CliRunner().invoke(main, ["decode", str(run / "step_20.pt")], input="A dog.\n")
     assert decoded.exit_code == 1 and "step_20.pt: the file is damaged" in decoded.output
     result = train_cli("--resume", str(run), *sets("train.max_steps=30"))
     assert result.exit_code == 0, result.output
-    assert "skipping" in result.output and "step_20.pt: the file is damaged" in result.output
-    assert f"resuming from {run / 'step_10.pt'}: step 10" in result.output
+    assert f"resuming from {run / 'last.pt'}: step 20" in result.output
+    assert read_checkpoint(run / "step_30.pt")["step"] == 30
 
 
 def test_two_resumes_of_one_run_the_second_is_refused_the_first_finishes(short_run, tmp_path):

@@ -32,9 +32,9 @@ def curve(run_dir) -> list[tuple]:
     return [(r["step"], r["epoch"], r["loss"], r["lr"]) for r in records(run_dir, "train")]
 
 
-def run_tiny(recipe_path, data, steps, run_dir):
+def run_tiny(recipe_path, data, steps, run_dir, *overrides):
     cfg = load_recipe(recipe_path, [*RESUME_OVERRIDES, f"data.dataset={data}",
-                                    f"train.max_steps={steps}"])
+                                    f"train.max_steps={steps}", *overrides])
     return train(cfg, run_dir, device="cpu", progress=False)
 
 
@@ -65,8 +65,14 @@ def halfway(recipe_path, data, tmp_path_factory):
     return run_tiny(recipe_path, data, STEPS // 2, tmp_path_factory.mktemp("half")).run_dir
 
 
-@pytest.fixture
-def crashed(halfway, tmp_path):
+@pytest.fixture(scope="module")
+def halfway_full(recipe_path, data, tmp_path_factory):
+    """The halfway run with the training state in every step checkpoint."""
+    return run_tiny(recipe_path, data, STEPS // 2, tmp_path_factory.mktemp("half_full"),
+                    "train.step_checkpoints=full").run_dir
+
+
+def crash(halfway, tmp_path):
     """A copy of the halfway run as a crash leaves it: the log runs past the last checkpoint,
     its last line cut short, and a temporary checkpoint file was left half-written."""
     run = shutil.copytree(halfway, tmp_path / "run")
@@ -77,9 +83,19 @@ def crashed(halfway, tmp_path):
     return run
 
 
+@pytest.fixture
+def crashed(halfway, tmp_path):
+    return crash(halfway, tmp_path)
+
+
+@pytest.fixture
+def crashed_full(halfway_full, tmp_path):
+    return crash(halfway_full, tmp_path)
+
+
 def test_resumed_run_equals_uninterrupted_run(straight, crashed):
-    path, data = newest_checkpoint(crashed)  # last.pt is at step 15: validations save step_N.pt
-    assert path.name == "step_20.pt" and read_checkpoint(crashed / "last.pt")["step"] == 15
+    path, data = newest_checkpoint(crashed)  # validations save last.pt too
+    assert path.name == "last.pt" and "optimizer" not in read_checkpoint(crashed / "step_20.pt")
     assert data["step"] == STEPS // 2 and data["trainer"]["epoch"] >= 2
     assert data["trainer"]["position"] > 0  # mid-epoch
     resume_tiny(crashed, STEPS)
@@ -87,7 +103,8 @@ def test_resumed_run_equals_uninterrupted_run(straight, crashed):
     assert [r["step"] for r in records(crashed, "train")] == list(range(5, STEPS + 1, 5))
     assert [(r["step"], r["dev_loss"], r["dev_bleu"]) for r in records(crashed, "valid")] == \
         [(r["step"], r["dev_loss"], r["dev_bleu"]) for r in records(straight, "valid")]
-    ours, theirs = read_checkpoint(crashed / "step_40.pt"), read_checkpoint(straight / "step_40.pt")
+    ours, theirs = read_checkpoint(crashed / "last.pt"), read_checkpoint(straight / "last.pt")
+    assert ours["step"] == theirs["step"] == STEPS
     for key in ("model", "train_model"):  # EMA and raw weights
         assert ours[key].keys() == theirs[key].keys()
         assert all(torch.equal(ours[key][k], theirs[key][k]) for k in ours[key])
@@ -98,7 +115,40 @@ def test_resumed_run_equals_uninterrupted_run(straight, crashed):
     assert sorted(p.name for p in crashed.glob("step_*.pt")) == ["step_30.pt", "step_40.pt"]
 
 
-def test_resume_skips_corrupt_checkpoints_and_falls_back(straight, crashed, caplog):
+def test_step_checkpoints_hold_the_weights_alone_and_best_is_the_same_file(straight):
+    """train.step_checkpoints: weights (the default): step_N.pt holds the EMA and the raw
+    weights, for decode and average --raw, without Adam's moments; best.pt is a second name for
+    the improved step's file; last.pt alone holds the training state."""
+    step, best, last = (straight / n for n in ("step_40.pt", "best.pt", "last.pt"))
+    data = read_checkpoint(step)
+    assert data["weights_only"] is True and data["step"] == STEPS
+    assert {"model", "train_model"} <= data.keys() and not {"optimizer", "trainer"} & data.keys()
+    assert best.stat().st_ino == step.stat().st_ino  # dev BLEU rose at step 40
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in data["model"].values()}  # tied embeddings: one storage, three names
+    weights = sum(storages.values())
+    assert data["tokenizer"]["src"].untyped_storage().data_ptr() == \
+        data["tokenizer"]["tgt"].untyped_storage().data_ptr()  # a joint model, stored once
+    extras = data["tokenizer"]["src"].numel()  # + the recipe and the file's own structure
+    assert 2 * weights < step.stat().st_size - extras < 2.1 * weights  # EMA and raw weights
+    assert last.stat().st_size > 3.9 * weights  # + Adam's two moments
+    assert sorted(p.name for p in straight.glob("step_*.pt")) == ["step_30.pt", "step_40.pt"]
+
+
+def test_a_damaged_last_pt_with_weights_only_steps_is_one_clear_error(halfway, tmp_path, caplog):
+    run = shutil.copytree(halfway, tmp_path / "run")
+    last = run / "last.pt"
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    kept = {p.name: p.read_bytes() for p in run.glob("*.pt")}
+    with pytest.raises(CheckpointError, match="step_checkpoints: weights hold the weights alone"):
+        resume_tiny(run, STEPS)
+    assert {p.name: p.read_bytes() for p in run.glob("*.pt")} == kept  # nothing lost
+    skipped = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipping")]
+    assert len(skipped) == 1 and str(last) in skipped[0]  # the weights-only ones, silently
+
+
+def test_resume_skips_corrupt_checkpoints_and_falls_back(straight, crashed_full, caplog):
+    crashed = crashed_full
     last, step_20 = crashed / "last.pt", crashed / "step_20.pt"
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # truncated by a crash
     step_20.write_bytes(b"\0" * 1000)

@@ -198,7 +198,7 @@ def test_translate_train_under_torchrun_validates_saves_and_resumes_exactly(reci
     assert out.count("best checkpoint:") == 1 and "2 processes" in out  # rank 0 reports
     assert (run_dir / "step_20.pt").is_file() and (run_dir / "best.pt").is_file()
     out = torchrun_here("train", "--resume", str(run_dir), "--set", "train.max_steps=30")
-    assert f"resuming from {run_dir / 'step_20.pt'}: step 20, epoch 1, batch 40" in out
+    assert f"resuming from {run_dir / 'last.pt'}: step 20, epoch 1, batch 40" in out
     torchrun_here("train", str(recipe_path), "--run-dir", str(straight),
                   *sets(*dropout, "train.max_steps=30"))
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

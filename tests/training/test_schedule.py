@@ -54,7 +54,7 @@ def test_linear_schedule_reaches_zero_at_max_steps(recipe_path, small_data, tmp_
     expected = [3e-3 * 9 / 30, 3e-3 * 19 / 30, 3e-3 * 29 / 30, 3e-3 * (1 - 9 / 10)]
     for (_, lr), want in zip(lrs, expected):
         assert math.isclose(lr, want, rel_tol=1e-6, abs_tol=1e-12)
-    saved = torch.load(result.run_dir / "step_40.pt", weights_only=True)  # the safe loader
+    saved = torch.load(result.run_dir / "last.pt", weights_only=True)  # the safe loader
     assert saved["scheduler"]["lr_lambdas"][0] == {"kind": "linear", "warmup": 30,
                                                    "progress": 1.0, "decay_from": 0.75}
     assert saved["optimizer"]["param_groups"][0]["lr"] == 0.0  # a resumed step would use 0
@@ -66,7 +66,7 @@ def test_time_budget_drives_the_decay(recipe_path, small_data, tmp_path):
                                     "train.eval_every=0", "train.log_every=5", "data.test_splits=[]",
                                     f"data.dataset={small_data}"])
     result = train(cfg, tmp_path / "run", device="cpu", progress=False)
-    saved = torch.load(result.best_checkpoint, weights_only=True)
+    saved = torch.load(result.run_dir / "last.pt", weights_only=True)  # the training state
     state = saved["scheduler"]["lr_lambdas"][0]
     assert state["progress"] == 1.0 and state["decay_from"] == 0.0
     assert saved["optimizer"]["param_groups"][0]["lr"] == 0.0  # stopped as the budget ran out

@@ -36,7 +36,11 @@ def test_tiny_model_learns_real_data_and_decodes(trained_run):
 
 def test_checkpoint_holds_everything_to_decode(trained_run):
     data = torch.load(trained_run.best_checkpoint, weights_only=True)
-    assert {"model", "recipe", "tokenizer", "optimizer", "scheduler", "rng", "step"} <= set(data)
+    assert {"model", "train_model", "recipe", "tokenizer", "step"} <= set(data)
+    assert data["weights_only"] is True and "optimizer" not in data  # last.pt holds that
+    last = torch.load(trained_run.run_dir / "last.pt", weights_only=True)
+    assert {"model", "optimizer", "scheduler", "rng", "trainer"} <= set(last)
+    assert last["step"] >= data["step"]
     assert data["tokenizer"]["special_ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
     loaded = load_checkpoint(trained_run.best_checkpoint)
     assert loaded.step == data["step"] and loaded.tokenizer.tgt_vocab_size == 1000

@@ -107,7 +107,12 @@ class TrainConfig:
     valid_beam: int = field(default=1, metadata={"min": 1, "max": 1024})
     patience: int = 0  # validations without dev-BLEU gain before stopping; 0: never
     keep_last: int = 2  # step checkpoints kept besides best.pt
-    save_every: int = 250  # steps between last.pt saves, for --resume (besides step_N.pt); 0: off
+    # step_N.pt and best.pt, written at validation: "weights" holds the weights alone (and the
+    # EMA's), for decode, average and export, while last.pt (written at every validation too)
+    # holds the training state; "full" puts the training state in each (about twice the size
+    # with an EMA), so --resume can fall back to an older one if last.pt is damaged
+    step_checkpoints: str = field(default="weights", metadata={"choices": ("weights", "full")})
+    save_every: int = 250  # steps between last.pt saves, for --resume (besides validations); 0: off
     # steps with a NaN/inf loss skipped (with a warning) before stopping; on a GPU they are
     # counted when the next log record, checkpoint or validation reads them
     max_bad_losses: int = 10

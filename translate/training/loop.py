@@ -10,7 +10,7 @@ import signal
 import time
 from pathlib import Path
 
-from translate.checkpoint import save_checkpoint
+from translate.checkpoint import link_checkpoint, save_checkpoint
 from translate.config import Recipe
 from translate.data.batch import TokenBatches
 from translate.metrics import LogWindow, MetricsLog
@@ -154,28 +154,32 @@ class Trainer:
                             "train_seconds": state.train_seconds, **bleus})
         log.info("step %d: dev loss %.3f, dev BLEU %.2f%s, %.1f min", state.step,
                  losses["dev_loss"], bleu, " (best)" if improved else "", state.elapsed / 60)
-        # Counters first, so the checkpoints hold them; best.pt before step_N.pt, so a crash
-        # between the two resumes from an older step and validates (and saves best.pt) again.
+        # Counters first, so the checkpoints hold them; the one --resume takes last, so a crash
+        # before it validates again. best.pt and step_N.pt are one file (a hard link).
         state.bad_evals = 0 if improved else state.bad_evals + 1
         state.best_bleu = max(bleu, state.best_bleu)
+        weights_only, step = self.cfg.step_checkpoints == "weights", f"step_{state.step}.pt"
+        saved = self.save("best.pt" if improved else step, weights_only)
         if improved:
-            self.save("best.pt")
-        self.save(f"step_{state.step}.pt")
+            link_checkpoint(saved, self.run_dir / step)
+        drop_old_steps(self.run_dir, self.cfg.keep_last, state.step)
+        if weights_only:
+            self.save("last.pt")
         return 0 < self.cfg.patience <= state.bad_evals
 
-    def save(self, name: str) -> Path:
-        """Write checkpoint `name` into the run folder (rank 0 alone); return its path."""
+    def save(self, name: str, weights_only: bool = False) -> Path:
+        """Write checkpoint `name` into the run folder (rank 0 alone) and return its path: the
+        weights and the training state, or with `weights_only` the weights alone."""
         path, state = self.run_dir / name, self.state
         self.settle()  # the checkpoint holds the log window and the bad-loss count
         if not self.world.is_main:
             return path
-        save_checkpoint(path, self.updater.eval_model, self.recipe, self.tokenizer, state.step, {
+        kept = {**self.updater.weights(), "weights_only": True} if weights_only else {
             **self.updater.state_dict(), "rng": rng_state(self.device),
-            "best_dev_bleu": max(state.best_bleu, 0.0),
-            **({"run_id": self.run_id} if self.run_id else {}),
-            "trainer": state.to_checkpoint(self.corpus_key)})
-        if name.startswith("step_"):
-            drop_old_steps(self.run_dir, self.cfg.keep_last, state.step)
+            "trainer": state.to_checkpoint(self.corpus_key)}
+        save_checkpoint(path, self.updater.eval_model, self.recipe, self.tokenizer, state.step, {
+            **kept, "best_dev_bleu": max(state.best_bleu, 0.0),
+            **({"run_id": self.run_id} if self.run_id else {})})
         return path
 
     def restore(self, data: dict) -> None:

@@ -166,11 +166,15 @@ class Updater:
                                 f"Lower train.lr or raise train.warmup, then --resume or restart")
         log.warning("%s: skipped (%d of at most %d)", where, state.bad_losses, most)
 
+    def weights(self) -> dict:
+        """The optimizer's own weights where the checkpoint's "model" holds the EMA (for
+        `translate average --raw`); nothing without an EMA ("model" holds them)."""
+        return {"train_model": self.model.state_dict()} if self.ema is not None else {}
+
     def state_dict(self) -> dict:
         """What a checkpoint needs to resume the updates, beside the weights it saves."""
         return {
-            # the optimizer's own weights; the checkpoint's "model" holds the EMA when enabled
-            **({"train_model": self.model.state_dict()} if self.ema is not None else {}),
+            **self.weights(),
             "optimizer": plain_numbers(self.optimizer.state_dict()),
             "scheduler": plain_numbers(self.scheduler.state_dict()),
             "scaler": self.scaler.state_dict(),
