@@ -2,6 +2,7 @@
 
 import json
 import logging
+import re
 import shutil
 from dataclasses import replace
 
@@ -181,3 +182,10 @@ def test_resume_refuses_a_train_split_that_changed(halfway, data, tmp_path):
                           encoding="utf-8")
     with pytest.raises(CheckpointError, match="the train split is not the one this run was trained"):
         train(cfg, run, device="cpu", progress=False, resume=True)
+
+
+@pytest.mark.parametrize("value, says", [("half", "weights, full"), ("", "weights, full"),
+                                         ("[weights]", "expected str"), ("1", "expected str")])
+def test_step_checkpoints_takes_weights_or_full_only(recipe_path, value, says):
+    with pytest.raises(ValueError, match=f"train.step_checkpoints: .*{re.escape(says)}"):
+        load_recipe(recipe_path, [f"train.step_checkpoints={value}"])
