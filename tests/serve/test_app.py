@@ -177,6 +177,9 @@ def test_the_page_and_its_files_are_served(client):
     script = client.get("/page/app.js")
     assert script.status_code == 200 and "javascript" in script.headers["content-type"]
     assert client.get("/page/style.css").status_code == 200
+    for name in ("figure.js", "export.js"):  # the drawing and the downloads, loaded first
+        assert f'src="/page/{name}"' in page.text
+        assert client.get(f"/page/{name}").status_code == 200
     missing = client.get("/nothing")
     assert missing.status_code == 404 and missing.json() == {"error": "Not Found"}
 
