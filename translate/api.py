@@ -7,8 +7,9 @@
     translator.translate("Two dogs play.", nbest=3, return_scores=True)
 
 `translate` decodes as `translate decode` does (batched by length, input order kept, beam 5 by
-default); `attention` returns every attention module's weights for one sentence with their roles
-and token labels; `score` is the BLEU/chrF the toolkit reports everywhere.
+default); `attention` returns every attention module's weights for one sentence (on its greedy
+translation or one given) with their roles and token labels; `score` is the BLEU/chrF the
+toolkit reports everywhere.
 """
 
 from __future__ import annotations
@@ -105,16 +106,20 @@ class Translator:
             outputs.append(best if nbest > 1 else best[0])
         return outputs[0] if single else outputs
 
-    def attention(self, text: str) -> AttentionMaps:
-        """One sentence's greedy translation and the weights of every attention module.
+    def attention(self, text: str, target: str | None = None) -> AttentionMaps:
+        """One sentence's translation and the weights of every attention module.
 
-        `weights[name]` is (heads, queries, keys); `roles[name]` its role (encoder
+        The translation is the greedy one, or `target` (say, a beam candidate) fed to the
+        decoder. `weights[name]` is (heads, queries, keys); `roles[name]` its role (encoder
         self-attention, decoder self-attention, cross-attention, or the RNN's additive
         alignment) and layer; `src_pieces`, `tgt_in_pieces` and `out_pieces` label the axes.
         """
         if not isinstance(text, str):
             raise TypeError(f"text is {type(text).__name__}, not str")
-        return attention_maps(self.model, self.tokenizer, text, self.recipe.decode, self.device)
+        if target is not None and not isinstance(target, str):
+            raise TypeError(f"target is {type(target).__name__}, not str")
+        return attention_maps(self.model, self.tokenizer, text, self.recipe.decode, self.device,
+                              target)
 
     def score(self, hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
         """Detokenized cased sacreBLEU and chrF (and legacy lowercased BLEU) of the lines."""

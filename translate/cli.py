@@ -291,7 +291,8 @@ def attention(checkpoint, text, output, device):
 def serve(checkpoint, host, port, device, precision, engine, **limits):
     """Serve a CHECKPOINT (a .pt file or a run folder) over HTTP, with a page at /.
 
-    POST /translate {"texts": [...], "beam": 5, "nbest": 1}; POST /attention {"text": ...};
+    POST /translate {"texts": [...], "beam": 5, "nbest": 1}; POST /attention {"text": ...,
+    "target": ...} (target: optional, a translation to draw instead of the greedy one);
     GET /health. Requests from many clients are decoded together (--batch-wait-ms, --max-batch).
     """
     try:

@@ -50,6 +50,20 @@ def test_a_missing_model_and_a_text_that_is_not_one_are_refused(translator, tmp_
     assert translator.translate([]) == []
 
 
+@pytest.mark.parametrize("target, error, says", [
+    (5, TypeError, "target is int, not str"),
+    (["Ein Hund."], TypeError, "target is list, not str"),
+    (b"Ein Hund.", TypeError, "target is bytes, not str"),
+    (" ", ValueError, "the target translation is empty"),
+    ("Hund " * 500, ValueError, "pieces, over the limit of"),
+])
+def test_an_attention_target_that_is_not_a_translation_is_refused(translator, target, error,
+                                                                   says):
+    with pytest.raises(error) as refused:
+        translator.attention("A dog runs.", target)
+    assert says in str(refused.value)
+
+
 @pytest.mark.parametrize("device, says", [
     ("gpu", "device='gpu' is not a device: use cpu, cuda, cuda:N or mps"),
     ("cuda:7", "device='cuda:7': "),

@@ -1,7 +1,8 @@
 """`translate serve` against hostile requests: a Host that names another site (DNS rebinding) is
 421, a POST that is not application/json (what a cross-site page may send without asking) is
-415, and /attention's longest accepted input, on a model of the recipe's size, answers within
-5 MB. Each refusal is a JSON error, and the server answers the next request."""
+415, /attention's longest accepted input, on a model of the recipe's size, answers within
+5 MB (with the longest target too), and a target of the wrong type, empty, too long or odd is a
+400 or drawn. Each refusal is a JSON error, and the server answers the next request."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import signal
 import socket
 import threading
 import time
+from typing import Callable
 from urllib.parse import urlparse
 
 import httpx
@@ -19,11 +21,12 @@ pytest.importorskip("starlette")
 pytest.importorskip("httpx")
 from starlette.testclient import TestClient  # noqa: E402
 
+from translate.analysis.attention import output_limit  # noqa: E402
 from translate.checkpoint import read_checkpoint, write_checkpoint  # noqa: E402
 from translate.config import load_recipe  # noqa: E402
 from translate.models import build_model  # noqa: E402
 from translate.serve import ServeConfig, build_app, load_translator  # noqa: E402
-from translate.serve.app import decode_weights  # noqa: E402
+from translate.serve.attention_json import decode_weights  # noqa: E402
 from translate.serve.server import ServerProcess  # noqa: E402
 
 TEXT = {"text": "A dog runs in the snow."}
@@ -119,28 +122,89 @@ def recipe_sized(recipe_sized_path):
     return load_translator(recipe_sized_path, device="cpu", precision="fp32")
 
 
+def longest(encode: Callable[[str], list[int]], word: str, limit: int) -> str:
+    """The most copies of `word`, spaced, that `encode` makes at most `limit` pieces of."""
+    n = max(n for n in range(1, limit + 1) if len(encode(" ".join([word] * n))) <= limit)
+    return " ".join([word] * n)
+
+
 def test_attention_on_the_longest_accepted_input_answers_within_5_mb(recipe_sized):
-    limit = ServeConfig().max_attention_pieces
-    words = " ".join(["dog"] * 400)
-
-    def pieces(n: int) -> int:
-        return len(recipe_sized.tokenizer.encode_src([" ".join(["dog"] * n)])[0])
-
-    n = max(n for n in range(1, limit + 1) if pieces(n) <= limit)  # the longest accepted
-    text = " ".join(["dog"] * n)
-    assert pieces(n) >= limit - 1
+    """The longest source, greedy decoding to the length limit; and the same source with the
+    longest target it takes."""
+    tokenizer, limit = recipe_sized.tokenizer, ServeConfig().max_attention_pieces
+    text = longest(lambda text: tokenizer.encode_src([text])[0], "dog", limit)
+    assert len(tokenizer.encode_src([text])[0]) >= limit - 1
+    out_limit = output_limit(len(tokenizer.encode_src([text])[0]), recipe_sized.recipe.decode,
+                             recipe_sized.model.cfg.max_positions)
+    target = longest(lambda text: tokenizer.encode_tgt([text])[0][:-1], "Hund", out_limit)
     with client_for(recipe_sized) as client:
-        over = client.post("/attention", json={"text": words})
+        over = client.post("/attention", json={"text": " ".join(["dog"] * 400)})
         assert over.status_code == 400 and "over the limit of 128" in over.json()["error"]
-        answer = client.post("/attention", json={"text": text})
+        for body in ({"text": text}, {"text": text, "target": target}):
+            answer = client.post("/attention", json=body)
+            assert answer.status_code == 200, answer.text
+            size = len(answer.content)
+            modules = answer.json()["modules"]
+            cells = sum(m["shape"][0] * m["shape"][1] * m["shape"][2] for m in modules)
+            print(f"attention ({', '.join(body)}): {cells} weights, {size} bytes")
+            assert cells > 500_000 and size <= 5 * 2 ** 20, (cells, size)
+            for module in modules[:2]:
+                assert decode_weights(module["weights"], module["shape"]).shape[0] == 4
+
+
+@pytest.mark.parametrize("target, message", [
+    (None, "target must be a string, not null"),
+    (3, "target must be a string, not a number"),
+    (True, "target must be a string, not a boolean"),
+    (["Ein Hund rennt."], "target must be a string, not a list"),
+    ({"text": "Ein Hund rennt."}, "target must be a string, not an object"),
+    ("", "target is empty"),
+    (" \t ", "target is empty"),
+    ("Ein Hund rennt.\nEine Katze schläft.", "target holds a line break"),
+    ("Hund " * 200, "pieces, over the limit of"),
+    ("Hund" * 8000, "pieces, over the limit of"),  # one 32 kB word
+])
+def test_a_bad_attention_target_is_400_and_the_server_goes_on(translator, target, message):
+    with client_for(translator) as client:
+        answer = client.post("/attention", json={**TEXT, "target": target})
+        assert answer.status_code == 400, answer.text
+        assert message in answer.json()["error"]
+        answers_after(client)
+
+
+def test_an_attention_target_at_the_limit_is_drawn_one_over_is_400(translator):
+    """The limit is the longest translation the model may give the source (greedy's)."""
+    limit = output_limit(len(translator.tokenizer.encode_src([TEXT["text"]])[0]),
+                         translator.recipe.decode, translator.model.cfg.max_positions)
+    def encode(text: str) -> list[int]:
+        return translator.tokenizer.encode_tgt([text])[0][:-1]
+
+    at_limit = longest(encode, "Hund", limit)
+    over = at_limit + " Hund Hund"
+    with client_for(translator) as client:
+        answer = client.post("/attention", json={**TEXT, "target": at_limit})
         assert answer.status_code == 200, answer.text
-        size = len(answer.content)
+        assert len(answer.json()["out_pieces"]) == len(encode(at_limit)) + 1 <= limit + 1
+        refused = client.post("/attention", json={**TEXT, "target": over})
+        assert refused.status_code == 400
+        assert refused.json()["error"] == (
+            f"the target has {len(encode(over))} pieces, over the limit of {limit} for this "
+            f"source (the longest translation the model may give it)")
+        huge = client.post("/attention", json={**TEXT, "target": "Hund " * 20_000})
+        assert huge.status_code == 413 and "over the limit of 65536" in huge.json()["error"]
+        answers_after(client)
+
+
+@pytest.mark.parametrize("target", ["\u0000", "😀 🐕‍🦺 ∑", "<script>alert(1)</script>",
+                                    "\u202eEin Hund", "Ein\u00a0Hund\u200b."])
+def test_odd_characters_in_a_target_are_drawn_not_a_crash(translator, target):
+    with client_for(translator) as client:
+        answer = client.post("/attention", json={**TEXT, "target": target})
+        assert answer.status_code == 200, answer.text
         body = answer.json()
-        cells = sum(m["shape"][0] * m["shape"][1] * m["shape"][2] for m in body["modules"])
-        print(f"attention: {cells} weights, {size} bytes")
-        assert cells > 500_000 and size <= 5 * 2 ** 20, (cells, size)
-        for module in body["modules"][:2]:
-            assert decode_weights(module["weights"], module["shape"]).shape[0] == 4
+        assert body["forced"] is True and body["out_pieces"][-1] == "</s>"
+        assert body["out_pieces"] == [translator.tokenizer.tgt.id_to_piece(i) for i in
+                                      translator.tokenizer.encode_tgt([target])[0]]
 
 
 def test_stopping_mid_work_answers_503_in_json_and_exits_without_the_call(recipe_sized_path):

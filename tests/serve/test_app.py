@@ -18,8 +18,9 @@ from starlette.testclient import TestClient  # noqa: E402
 
 from tests.conftest import read_jsonl  # noqa: E402
 from translate.analysis.attention import CROSS, DECODER_SELF, ENCODER_SELF  # noqa: E402
+from translate.checkpoint import load_checkpoint  # noqa: E402
 from translate.serve import ServeConfig, build_app, load_translator  # noqa: E402
-from translate.serve.app import decode_weights  # noqa: E402
+from translate.serve.attention_json import decode_weights  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +116,26 @@ def test_attention_has_every_transformer_module_with_its_role_and_labels(client,
                                    maps.weights[module["name"]].float(), atol=1e-5, rtol=0)
 
 
+def test_attention_of_a_candidate_is_its_own_teacher_forced(client, translator):
+    """The page's pick: the second n-best candidate, sent back as the target."""
+    text = "A dog runs in the snow."
+    second = client.post("/translate", json={"text": text, "beam": 5, "nbest": 2}
+                         ).json()["translations"][0][1]
+    body = client.post("/attention", json={"text": text, "target": second}).json()
+    maps = translator.attention(text, second)
+    pieces = [translator.tokenizer.tgt.id_to_piece(i)
+              for i in translator.tokenizer.encode_tgt([second])[0]]  # EOS last
+    assert (body["forced"], body["translation"]) == (True, maps.translation)
+    assert body["out_pieces"] == pieces and body["tgt_in_pieces"] == ["<s>"] + pieces[:-1]
+    for module in body["modules"]:
+        torch.testing.assert_close(decode_weights(module["weights"], module["shape"]),
+                                   maps.weights[module["name"]].float(), atol=1e-5, rtol=0)
+    greedy = client.post("/attention", json={"text": text}).json()
+    assert greedy["forced"] is False
+    assert greedy["translation"] == translator.attention(text).translation
+    assert greedy["modules"][0]["weights"] == body["modules"][0]["weights"]  # encoder: the same
+
+
 def test_attention_of_the_rnn_is_its_alignment(trained_rnn_run):
     rnn = load_translator(trained_rnn_run.run_dir, device="cpu", precision="fp32")
     with serving(rnn) as client:
@@ -127,9 +148,11 @@ def test_attention_of_the_rnn_is_its_alignment(trained_rnn_run):
         assert body["translation"] == rnn.translate("Two dogs play.", beam=1)
 
 
-def test_health_names_the_model_and_the_queue(client, translator):
+def test_health_names_the_model_and_the_queue(client, translator, trained_run):
     body = client.get("/health").json()
     assert body["model"] == "transformer" and body["step"] == translator.step
+    loaded = load_checkpoint(trained_run.best_checkpoint)  # each tied tensor once
+    assert body["parameters"] == sum(p.numel() for p in loaded.model.parameters())
     assert (body["device"], body["precision"], body["queue"]) == ("cpu", "fp32", 0)
     assert body["limits"]["max_beam"] == ServeConfig().max_beam
     assert (body["source_lang"], body["target_lang"]) == ("en", "de")
@@ -154,6 +177,9 @@ def test_the_page_and_its_files_are_served(client):
     script = client.get("/page/app.js")
     assert script.status_code == 200 and "javascript" in script.headers["content-type"]
     assert client.get("/page/style.css").status_code == 200
+    for name in ("figure.js", "export.js"):  # the drawing and the downloads, loaded first
+        assert f'src="/page/{name}"' in page.text
+        assert client.get(f"/page/{name}").status_code == 200
     missing = client.get("/nothing")
     assert missing.status_code == 404 and missing.json() == {"error": "Not Found"}
 
@@ -177,7 +203,7 @@ def test_the_page_and_its_files_are_served(client):
     ("/translate", {"text": "a", "beam": 2.5}, "beam must be an integer"),
     ("/translate", {"text": "a", "beam": True}, "beam must be an integer"),
     ("/translate", {"text": "a", "beam": 2, "nbest": 3}, "nbest must be an integer from 1 to 2"),
-    ("/attention", {"texts": ["a"]}, "unknown field 'texts'; valid: text"),
+    ("/attention", {"texts": ["a"]}, "unknown field 'texts'; valid: text, target"),
     ("/attention", {"text": None}, "text must be a string, not null"),
     ("/attention", {"text": "dog " * 2000}, "over the limit of 128 that /attention draws"),
 ])

@@ -1,9 +1,10 @@
 """The ASGI app: JSON endpoints over one `Translator`, and the page that shows its attention.
 
     POST /translate  {"texts": [...], "beam": 5, "nbest": 1}  ->  {"translations", "scores"}
-    POST /attention  {"text": "..."}  ->  the greedy translation, token labels, every weight
-                                         (base64 uint16, weight x 65535: `decode_weights`)
-    GET  /health     ->  model, step, device, precision, queue depth
+    POST /attention  {"text": "...", "target": "..."}  ->  the greedy translation (or the
+                     target, fed to the decoder), token labels, every weight (base64 uint16,
+                     weight x 65535: `attention_json.decode_weights`)
+    GET  /health     ->  model, parameters, step, languages, device, precision, queue depth
     GET  /           ->  the page (translate/serve/page/)
 
 Every request is checked before it queues: a `Host` header that does not name this server is
@@ -21,7 +22,6 @@ Shapes: H heads, S source pieces, T target pieces.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import time
@@ -30,9 +30,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Hashable
 
-import numpy as np
-import torch
-
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -40,9 +37,9 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from translate.analysis.attention import AttentionMaps
+from translate.analysis.attention import output_limit, target_ids
 from translate.api import Translator
-from translate.models.attention import DECODER_SELF, ENCODER_SELF
+from translate.serve.attention_json import attention_json
 from translate.serve.batching import Batcher, DeadlineExceeded, QueueFull, ShuttingDown
 from translate.serve.connections import default_max_connections
 from translate.utils import first_line
@@ -137,8 +134,9 @@ class Endpoints:
     def work(self, key: Hashable, texts: list[str]) -> list:
         """The model's work (and the attention's JSON), in the batcher's worker thread."""
         translator = self.translator
-        if key == "attention":
-            return [attention_json(translator.attention(text), translator.arch) for text in texts]
+        if key[0] == "attention":  # ("attention", the translation to draw or None: greedy)
+            return [attention_json(translator.attention(text, key[1]), translator.arch)
+                    for text in texts]
         _, beam, nbest = key
         return translator.translate(texts, beam=beam, nbest=nbest, return_scores=True)
 
@@ -165,19 +163,38 @@ class Endpoints:
 
     async def attention(self, request: Request) -> Response:
         cfg = self.cfg
-        body = await read_json(request, cfg.max_request_bytes, ("text",), cfg.body_timeout_s)
+        body = await read_json(request, cfg.max_request_bytes, ("text", "target"),
+                               cfg.body_timeout_s)
         text = read_text(body.get("text"), "text")
         pieces = len(self.translator.tokenizer.encode_src([text])[0])
         limit = min(self.max_positions - 1, cfg.max_attention_pieces)
         if pieces > limit:
             raise RequestError(400, f"the text has {pieces} pieces, over the limit of {limit} "
                                     f"that /attention draws; give a shorter sentence")
-        return JSONResponse((await submit(request, "attention", [text], [pieces]))[0])
+        target = self.read_target(body, pieces)
+        return JSONResponse((await submit(request, ("attention", target), [text], [pieces]))[0])
+
+    def read_target(self, body: dict[str, Any], src_pieces: int) -> str | None:
+        """The translation /attention draws (say, a candidate /translate listed), checked
+        against the longest the model may give a source of `src_pieces`; None: greedy's."""
+        if "target" not in body:
+            return None
+        target = read_text(body["target"], "target")
+        limit = output_limit(src_pieces, self.translator.recipe.decode, self.max_positions)
+        try:
+            target_ids(self.translator.tokenizer, target, limit)
+        except ValueError as e:
+            raise RequestError(400, str(e)) from None
+        return target
 
     async def health(self, request: Request) -> Response:
         batcher, translator = request.app.state.batcher, self.translator
+        tokenizer = translator.tokenizer
+        parameters = translator.recipe.model.parameter_count(
+            tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
         return JSONResponse({
-            "status": "ok", "model": translator.arch, "step": translator.step,
+            "status": "ok", "model": translator.arch, "parameters": parameters,
+            "step": translator.step,
             "source_lang": translator.recipe.data.src_lang,
             "target_lang": translator.recipe.data.tgt_lang,
             "device": str(translator.device), "precision": translator.precision,
@@ -355,38 +372,3 @@ def json_type(value: Any) -> str:
     names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
              int: "a number", float: "a number", type(None): "null"}
     return names.get(type(value), type(value).__name__)
-
-
-def attention_json(maps: AttentionMaps, arch: str) -> dict[str, Any]:
-    """Token labels and every module's weights, (H, T_query, T_key), with the labels of its
-    axes: `queries` and `keys` name one of the three piece lists. The weights are base64 of
-    little-endian uint16, each weight x 65535 rounded (to 1.5e-5): about a third of the size of
-    JSON numbers rounded to 4 places, and one string to decode (`decode_weights`)."""
-    modules = []
-    for name, w in maps.weights.items():
-        role, layer = maps.roles[name]
-        if role == ENCODER_SELF:
-            queries = keys = "src_pieces"
-        elif role == DECODER_SELF:
-            queries = keys = "tgt_in_pieces"
-        else:  # cross-attention and the RNN's alignment: each output piece over the source
-            queries, keys = "out_pieces", "src_pieces"
-        modules.append({"name": name, "role": role, "layer": layer, "queries": queries,
-                        "keys": keys, "shape": list(w.shape),
-                        "weights": encode_weights(w)})
-    return {"translation": maps.translation, "model": arch, "src_pieces": maps.src_pieces,
-            "tgt_in_pieces": maps.tgt_in_pieces, "out_pieces": maps.out_pieces,
-            "modules": modules}
-
-
-
-def encode_weights(weights: torch.Tensor) -> str:
-    """(..., T, S) weights in [0, 1] -> base64 of little-endian uint16 values, weight x 65535."""
-    scaled = weights.detach().float().clamp(0, 1).mul(65535).round().to(torch.int32)
-    return base64.b64encode(scaled.numpy().astype("<u2").tobytes()).decode("ascii")
-
-
-def decode_weights(text: str, shape: list[int]) -> torch.Tensor:
-    """What `encode_weights` wrote, as float32 weights of `shape`."""
-    values = np.frombuffer(base64.b64decode(text), dtype="<u2").astype(np.float32) / 65535
-    return torch.from_numpy(values.reshape(shape))
