@@ -146,14 +146,15 @@ class Trainer:
         if not self.world.is_main:
             return False
         state = self.state
-        losses, bleus = self.validation(self.updater.eval_model)
-        bleu = bleus["dev_bleu"]
+        losses, bleus = self.validation(self.updater.eval_model, state.best_bleu)
+        bleu, probed = bleus["dev_bleu"], bleus.get("dev_bleu_sentences")
         improved = bleu > state.best_bleu
         self.metrics.write({"kind": "valid", "step": state.step, "epoch": state.epoch, **losses,
                             "best": improved, "elapsed": state.elapsed,
                             "train_seconds": state.train_seconds, **bleus})
-        log.info("step %d: dev loss %.3f, dev BLEU %.2f%s, %.1f min", state.step,
-                 losses["dev_loss"], bleu, " (best)" if improved else "", state.elapsed / 60)
+        log.info("step %d: dev loss %.3f, dev BLEU %.2f%s%s, %.1f min", state.step,
+                 losses["dev_loss"], bleu, f" (first {probed} sentences)" if probed else "",
+                 " (best)" if improved else "", state.elapsed / 60)
         # Counters first, so the checkpoints hold them; the one --resume takes last, so a crash
         # before it validates again. best.pt and step_N.pt are one file (a hard link).
         state.bad_evals = 0 if improved else state.bad_evals + 1

@@ -47,6 +47,12 @@ def validation_scores(model: nn.Module, tokenizer: Tokenizer, recipe: Recipe,
             for name, (src, ref) in splits.items()}
 
 
+# While a run's best dev BLEU is under UNTRAINED_BLEU, validation first translates the first
+# PROBE_SENTENCES dev sentences; if they score under it too, that is the validation's dev BLEU:
+# an untrained model writes every sentence to the length cap, and all of dev would cost minutes.
+UNTRAINED_BLEU, PROBE_SENTENCES = 1.0, 128
+
+
 def perplexity(loss: float) -> float:
     return math.exp(min(loss, 50))
 
@@ -68,11 +74,22 @@ class Validation:
     def __post_init__(self):
         self.monitor = {s: load_split(self.source, s) for s in self.recipe.train.monitor_splits}
 
-    def __call__(self, model: nn.Module) -> tuple[dict, dict]:
+    def __call__(self, model: nn.Module, best_bleu: float = 100.0) -> tuple[dict, dict]:
+        """Dev loss and BLEUs; with `best_bleu` (the run's so far) under UNTRAINED_BLEU, the dev
+        BLEU of the first PROBE_SENTENCES alone ("dev_bleu_sentences") if they too score under
+        it, and no monitored split."""
         cfg = self.recipe.train
         loss = dev_loss(model, self.dev.pairs, cfg.max_tokens, self.device, self.precision,
                         self.engine, cfg.loss_chunk)
-        splits = {"dev": (self.dev.src, self.dev.tgt), **self.monitor}
-        bleus = validation_scores(model, self.tokenizer, self.recipe, splits, self.device,
-                                  self.precision, self.engine)
-        return {"dev_loss": loss, "dev_ppl": perplexity(loss)}, bleus
+        losses = {"dev_loss": loss, "dev_ppl": perplexity(loss)}
+        if best_bleu < UNTRAINED_BLEU and len(self.dev.src) > PROBE_SENTENCES:
+            probe = (self.dev.src[:PROBE_SENTENCES], self.dev.tgt[:PROBE_SENTENCES])
+            bleu = self.scores(model, {"dev": probe})["dev_bleu"]
+            if bleu < UNTRAINED_BLEU:
+                return losses, {"dev_bleu": bleu, "dev_bleu_sentences": PROBE_SENTENCES}
+        return losses, self.scores(model, {"dev": (self.dev.src, self.dev.tgt), **self.monitor})
+
+    def scores(self, model: nn.Module, splits: dict[str, tuple[list[str], list[str]]]
+               ) -> dict[str, float]:
+        return validation_scores(model, self.tokenizer, self.recipe, splits, self.device,
+                                 self.precision, self.engine)
