@@ -184,7 +184,8 @@ def _read_config(path: Path) -> dict:
         if (path / "model.bin").exists():
             kind = "a CTranslate2 model: load it with ctranslate2.Translator"
         elif isinstance(config, dict) and "model_type" in config:
-            kind = (f"a Hugging Face {config['model_type']} model: load it with transformers")
+            kind = (f"a Hugging Face {config['model_type']} model: load it with transformers' "
+                    f"AutoTokenizer and AutoModelForSeq2SeqLM")
         else:
             kind = "not a translate model folder (its config.json has no \"format\": \"translate\")"
         raise ModelFolderError(f"{path} holds {kind}")

@@ -47,7 +47,7 @@ class ConsoleHandler(logging.Handler):
 
 
 # each optional extra of setup.cfg and the packages it brings
-EXTRAS = {"serve": "starlette uvicorn httpx", "export": "ctranslate2 transformers",
+EXTRAS = {"serve": "starlette uvicorn httpx", "export": "ctranslate2 transformers protobuf",
           "plots": "matplotlib", "tensorboard": "tensorboard"}
 
 

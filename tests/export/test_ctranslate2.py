@@ -7,11 +7,13 @@ import pytest
 import torch
 
 from tests.conftest import read_jsonl
-from translate.checkpoint import load_checkpoint
+from translate.checkpoint import load_checkpoint, save_checkpoint
+from translate.config import load_recipe
 from translate.export import export
 from translate.inference import decode_sentences, translate_sentences
 from translate.models import TransformerConfig, build_model
 from translate.search import greedy_search
+from translate.tokenizer import Tokenizer
 from translate.tokens import EOS, PAD
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="the export extra is not installed")
@@ -107,3 +109,36 @@ def test_int8_quantization_shrinks_the_model_and_translates(ct2_export, trained_
     theirs = decode(translator, loaded.tokenizer, sources, cfg, loaded.model.cfg.max_positions)
     ours = translate_sentences(loaded.model, loaded.tokenizer, sources, cfg)
     assert sum(a == b for a, b in zip(ours, theirs)) >= len(sources) // 2  # int8 rounds
+
+
+def test_a_separate_vocabulary_folder_translates_with_its_own_spm_files(small_data, tmp_path):
+    """What a user of the folder has: ctranslate2.Translator on it and the SentencePiece
+    models in it (one a language), no translate."""
+    import sentencepiece as spm
+
+    rows = read_jsonl(small_data / "train.jsonl", 500)
+    cfg = load_recipe(None, ["tokenizer.joint=false", "tokenizer.vocab_size=300",
+                             "model.tie_embeddings=false", "model.d_model=32", "model.heads=2",
+                             "model.ffn_dim=64", "model.encoder_layers=1",
+                             "model.decoder_layers=1", "decode.beam=1"])
+    tokenizer = Tokenizer.train([r["en"] for r in rows], [r["de"] for r in rows], cfg.tokenizer)
+    torch.manual_seed(0)
+    model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, False)
+    save_checkpoint(tmp_path / "sep.pt", model, cfg, tokenizer, 1)
+    out = export(tmp_path / "sep.pt", "ctranslate2", tmp_path / "ct2")
+    assert {"model.bin", "config.json", "source_vocabulary.json", "target_vocabulary.json",
+            "spm.en.model", "spm.de.model"} == set(out.files)
+    src = spm.SentencePieceProcessor(model_file=str(out.out / "spm.en.model"))
+    tgt = spm.SentencePieceProcessor(model_file=str(out.out / "spm.de.model"))
+    sources = [r["en"] for r in read_jsonl(small_data / "test_2016_flickr.jsonl", 8)]
+    limit = int(cfg.decode.max_len_a * max(len(s) + 1 for s in src.encode(sources))
+                + cfg.decode.max_len_b)
+    found = ctranslate2.Translator(str(out.out), "cpu").translate_batch(
+        src.encode(sources, out_type=str), beam_size=1, min_decoding_length=0,
+        max_decoding_length=limit, suppress_sequences=[["<pad>"], ["<s>"]])
+    # ours drops unknown pieces; SentencePiece writes " ⁇ " for them
+    theirs = [tgt.decode([p for p in r.hypotheses[0] if p != "<unk>"]) for r in found]
+    ours = translate_sentences(model.eval(), tokenizer, sources, replace(cfg.decode,
+                                                                          max_len_a=0,
+                                                                          max_len_b=limit))
+    assert theirs == ours

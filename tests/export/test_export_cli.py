@@ -77,11 +77,14 @@ def test_options_a_format_cannot_take_and_an_occupied_output_are_refused(trained
     assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
 
 
-def test_a_missing_peer_package_is_named(trained_run, tmp_path, monkeypatch):
+@pytest.mark.parametrize("fmt, module", [("ctranslate2", "ctranslate2"),
+                                         ("hf", "google.protobuf")])  # transformers reads spm
+def test_a_missing_peer_package_is_named(trained_run, tmp_path, monkeypatch, fmt, module):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "ctranslate2" else real(name, *a))
-    output = one_error(run(str(trained_run.best_checkpoint), "--format", "ctranslate2", "-o",
-                           str(tmp_path / "ct2")))
-    assert ("needs the ctranslate2 package: pip install ctranslate2 transformers (in a clone: "
-            "pip install -e '.[export]')") in output
+                        lambda name, *a: None if name == module else real(name, *a))
+    output = one_error(run(str(trained_run.best_checkpoint), "--format", fmt, "-o",
+                           str(tmp_path / fmt)))
+    assert (f"needs the {module.split('.')[-1]} package: pip install ctranslate2 transformers "
+            f"protobuf (in a clone: pip install -e '.[export]')") in output
+    assert not (tmp_path / fmt).exists()

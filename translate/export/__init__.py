@@ -4,8 +4,9 @@
                  (translate.model_folder): what `translate decode`, `evaluate`, `Translator.load`
                  and the server load like a checkpoint, without its optimizer and training state
     ctranslate2  a CTranslate2 model folder and spm.model (translate.export.ct2)
-    hf           a `transformers` Pegasus folder (`save_pretrained`) and spm.model
-                 (translate.export.hf)
+    hf           a `transformers` Pegasus folder (`save_pretrained`) with our search's settings,
+                 a fast tokenizer (tokenizer.json) and spm.model: what `AutoTokenizer` and
+                 `AutoModelForSeq2SeqLM` load (translate.export.hf)
 
 Every format holds the checkpoint's `model` weights: the EMA (or averaged) ones where training
 kept them. The folder is written under a temporary name and renamed into place whole, so a
@@ -28,7 +29,8 @@ from translate.models.transformer import Transformer
 from translate.utils import install_hint
 
 FORMATS = ("inference", "ctranslate2", "hf")
-NEEDS = {"ctranslate2": "ctranslate2", "hf": "transformers"}  # format -> package
+# format -> the packages it needs (protobuf: transformers reads spm.model with it)
+NEEDS = {"ctranslate2": ("ctranslate2",), "hf": ("transformers", "google.protobuf")}
 
 
 class ExportError(ValueError):
@@ -115,11 +117,19 @@ def _check_options(fmt: str, out: Path, dtype: str | None, quantization: str | N
     if quantization is not None and (fmt != "ctranslate2" or quantization not in QUANTIZATIONS):
         raise ExportError(f"--quantization takes {', '.join(QUANTIZATIONS)} with --format "
                           f"ctranslate2; the other formats take --dtype")
-    if fmt in NEEDS and importlib.util.find_spec(NEEDS[fmt]) is None:
-        raise ExportError(f"--format {fmt} needs the {NEEDS[fmt]} package: "
+    missing = [name for name in NEEDS.get(fmt, ()) if not _installed(name)]
+    if missing:
+        raise ExportError(f"--format {fmt} needs the {missing[0].split('.')[-1]} package: "
                           f"{install_hint('export')}")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out} exists and is not an empty folder; choose a new output folder")
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package ("google") is missing
+        return False
 
 
 def _write_peer(loaded, fmt: str, out: Path, dtype: str | None, quantization: str | None):
@@ -133,9 +143,8 @@ def _write_peer(loaded, fmt: str, out: Path, dtype: str | None, quantization: st
     else:
         from transformers.utils import logging as hf_logging
 
-        from translate.export.hf import to_pegasus
+        from translate.export.hf import save_hf
 
         hf_logging.disable_progress_bar()  # a bar for writing one small file
-        hf = to_pegasus(loaded.model)
-        hf.to(DTYPES[dtype or "fp32"]).save_pretrained(out)
+        save_hf(loaded.model, tokenizer, loaded.recipe, out, DTYPES[dtype or "fp32"])
     tokenizer.save(out, data.src_lang, data.tgt_lang)

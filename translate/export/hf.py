@@ -1,4 +1,7 @@
-"""Hugging Face export: our Transformer as a `transformers` PegasusForConditionalGeneration.
+"""Hugging Face export: our Transformer as a `transformers` PegasusForConditionalGeneration with
+our search's settings, and our SentencePiece model as a fast tokenizer, so `AutoTokenizer` and
+`AutoModelForSeq2SeqLM` load the folder and `generate(**tokenizer(texts, return_tensors="pt",
+padding=True))` translates.
 
 Pegasus is, like ours, a pre-norm encoder-decoder with final LayerNorms, sqrt(D)-scaled
 embeddings, biased Q/K/V projections and one embedding shared by the encoder, the decoder and
@@ -8,16 +11,25 @@ or learned) is written into it as it is and the logits are ours to float roundin
 Why not M2M100, the other pre-norm model there: its sinusoidal table is a non-persistent
 buffer that `from_pretrained` recomputes (other frequencies, sin and cos halves rather than
 interleaved, positions offset by 2), so a saved M2M100 would not compute our model.
+
+The tokenizer is transformers' own conversion of the .model file, checked at export to encode
+and decode as ours; `generate` is our beam search but for its length penalty (len ** beta, ours
+GNMT's; see MATCH_LENGTH) and length limit (one per call; see `generation_settings`).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 from torch import nn
 
+from translate.config import Recipe
 from translate.export import ExportError, transformer_only
 from translate.models.transformer import Transformer
-from translate.tokens import BOS, EOS, PAD
+from translate.tokenizer import Tokenizer
+from translate.tokens import BOS, EOS, PAD, SPECIAL_IDS
 
 
 def check_tied(model: Transformer) -> None:
@@ -46,7 +58,6 @@ def to_pegasus(model: nn.Module) -> nn.Module:
         max_position_embeddings=c.max_positions, scale_embedding=True, pad_token_id=PAD,
         bos_token_id=BOS, eos_token_id=EOS, decoder_start_token_id=BOS,
         forced_eos_token_id=None, tie_word_embeddings=True)).eval()
-    hf.generation_config.suppress_tokens = [PAD, BOS]  # as our search: never output
     state = {"model.shared.weight": model.tgt_embed.tokens.weight,
              "model.encoder.embed_positions.weight": model.src_embed.position_table(),
              "model.decoder.embed_positions.weight": model.tgt_embed.position_table()}
@@ -81,3 +92,102 @@ def to_pegasus(model: nn.Module) -> nn.Module:
     if set(missing) - ours_elsewhere or unexpected:
         raise RuntimeError(f"Pegasus conversion: missing {missing}, unexpected {unexpected}")
     return hf
+
+
+def save_hf(model: nn.Module, tokenizer: Tokenizer, recipe: Recipe, out: Path,
+            dtype: torch.dtype = torch.float32) -> None:
+    """Write `model` as a Pegasus folder with our search's settings in generation_config.json,
+    and its tokenizer as tokenizer.json: what `AutoModelForSeq2SeqLM` and `AutoTokenizer`
+    load."""
+    fast = fast_tokenizer(tokenizer.src_model, model.cfg.max_positions)
+    check_same_ids(fast, tokenizer)
+    hf = to_pegasus(model)
+    generation_settings(hf.generation_config, recipe, model.cfg.max_positions)
+    hf.to(dtype).save_pretrained(out)
+    fast.save_pretrained(out)
+    config = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))
+    # the class name transformers 4 and 5 both load (5 saves its new name, TokenizersBackend)
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n",
+                                               encoding="utf-8")
+
+
+# generate's length penalty divides a hypothesis's log-probability by len ** beta, ours by GNMT's
+# ((5 + len) / 6) ** alpha. beta = alpha * L / (5 + L) gives the two the same slope
+# (d log penalty / d len) at L pieces: at 15, about Multi30k's mean German sentence with its EOS
+# (15.8 on train), beta 0.45 for alpha 0.6 keeps 1003 of 1014 dev lines ours, alpha itself 965
+# (benchmarks/hf_export_bleu.py).
+MATCH_LENGTH = 15
+
+
+def hf_length_penalty(alpha: float) -> float:
+    """generate's `length_penalty` that ranks hypotheses near MATCH_LENGTH pieces as ours."""
+    return round(alpha * MATCH_LENGTH / (5 + MATCH_LENGTH), 4)
+
+
+def generation_settings(g, recipe: Recipe, max_positions: int) -> None:
+    """Our search's settings, as far as `generate` has them, in the GenerationConfig `g`.
+
+    Its length limit is one number for all sentences where ours is a * |src| + b for each:
+    the limit of the longest source the model was trained on (`data.max_len`), plus the EOS.
+    Beam search there ends a batch only when every sentence has `beam` finished hypotheses,
+    or at that limit, so a caller who passes each batch's own limit
+    (`max_new_tokens=int(a * S + b) + 1` for a batch whose longest source has S ids) waits
+    less.
+    """
+    decode = recipe.decode
+    g.max_new_tokens = min(int(decode.max_len_a * recipe.data.max_len + decode.max_len_b),
+                           max_positions - 1) + 1
+    g.num_beams = decode.beam
+    if decode.beam > 1:  # transformers refuses beam settings for greedy search
+        g.length_penalty = hf_length_penalty(decode.lenpen)
+        g.early_stopping = True  # done at `beam` finished hypotheses, as ours
+    g.suppress_tokens = [PAD, BOS]  # as our search: never output
+
+
+def fast_tokenizer(spm_model: bytes, max_positions: int):
+    """A transformers fast tokenizer that encodes as `Tokenizer.encode_src` does (pieces + EOS,
+    no BOS) and decodes, special pieces skipped, as `Tokenizer.decode_tgt` does.
+
+    transformers' own SentencePiece conversion (its normalizer with the model's precompiled
+    character map, the dummy prefix, BPE merges ranked by piece score or the unigram scores),
+    and a post-processor that appends EOS. A literal "</s>" in a text stays text
+    (`split_special_tokens`), as SentencePiece reads it.
+    """
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import SpmConverter, import_protobuf
+
+    proto = import_protobuf().ModelProto()
+    proto.ParseFromString(spm_model)
+    kind = proto.trainer_spec.model_type  # 1 unigram, 2 BPE, 3 word, 4 char
+    if kind not in (1, 2, 4):
+        raise ExportError("--format hf converts unigram, BPE and char SentencePiece models; "
+                          "transformers has no tokenizer that splits words as a word model "
+                          "does: export it with --format ctranslate2 or inference")
+    pieces = [(p.piece, p.score) for p in proto.pieces]
+    # unigram: pieces and scores; BPE: merges made from the scores; char: BPE without merges
+    vocab = pieces if kind == 1 else {piece: i for i, (piece, _) in enumerate(pieces)}
+    backend = SpmConverter.build_tokenizer_from_spm_proto(proto, vocab)
+    special = {f"{name}_token": pieces[i][0] for name, i in SPECIAL_IDS.items()}
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"$A {special['eos_token']}", special_tokens=[(special["eos_token"], EOS)])
+    return PreTrainedTokenizerFast(tokenizer_object=backend, model_max_length=max_positions,
+                                   split_special_tokens=True, **special)
+
+
+def check_same_ids(fast, tokenizer: Tokenizer) -> None:
+    """Refuse a converted tokenizer that does not encode and decode as ours: probe sentences
+    made of every piece of the vocabulary, eight pieces a sentence."""
+    sp = tokenizer.src
+    words = sp.decode([[i] for i in range(EOS + 1, sp.get_piece_size())])
+    probes = [" ".join(words[i: i + 8]) for i in range(0, len(words), 8)]
+    ours, theirs = tokenizer.encode_src(probes), fast(probes, verbose=False)["input_ids"]
+    texts = zip(tokenizer.decode_tgt(ours), fast.batch_decode(ours, skip_special_tokens=True))
+    wrong = [i for i, (a, b, (text, decoded)) in enumerate(zip(ours, theirs, texts))
+             if a != b or text != decoded]
+    if wrong:
+        raise ExportError(f"the transformers tokenizer built from spm.model encodes or decodes "
+                          f"{len(wrong)} of {len(probes)} probe sentences unlike SentencePiece "
+                          f"(first: {probes[wrong[0]]!r}); export with --format ctranslate2 "
+                          f"or inference")
