@@ -130,6 +130,9 @@ class Endpoints:
     def __init__(self, translator: Translator, cfg: ServeConfig):
         self.translator, self.cfg = translator, cfg
         self.max_positions = translator.model.cfg.max_positions
+        tokenizer = translator.tokenizer  # the model's size, for /health, counted once
+        self.parameters = translator.recipe.model.parameter_count(
+            tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
 
     def work(self, key: Hashable, texts: list[str]) -> list:
         """The model's work (and the attention's JSON), in the batcher's worker thread."""
@@ -189,11 +192,8 @@ class Endpoints:
 
     async def health(self, request: Request) -> Response:
         batcher, translator = request.app.state.batcher, self.translator
-        tokenizer = translator.tokenizer
-        parameters = translator.recipe.model.parameter_count(
-            tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
         return JSONResponse({
-            "status": "ok", "model": translator.arch, "parameters": parameters,
+            "status": "ok", "model": translator.arch, "parameters": self.parameters,
             "step": translator.step,
             "source_lang": translator.recipe.data.src_lang,
             "target_lang": translator.recipe.data.tgt_lang,

@@ -91,5 +91,6 @@ class Validation:
 
     def scores(self, model: nn.Module, splits: dict[str, tuple[list[str], list[str]]]
                ) -> dict[str, float]:
+        """{"<split>_bleu": BLEU} of each split, decoded with validation's beam."""
         return validation_scores(model, self.tokenizer, self.recipe, splits, self.device,
                                  self.precision, self.engine)
