@@ -1,0 +1,115 @@
+"""Files the toolkit finds for itself (in a run folder, a cache entry, an exported model) and
+files the user names: opened only when they are what they should be, compared by identity.
+
+A read never blocks and never leaves the folder it was meant for: `open_regular` opens without
+following a final symbolic link (unless told to) and without waiting on a FIFO's writer, then
+checks on the open descriptor that it is a regular file of the expected size. A FIFO, a device
+such as /dev/zero, a socket or a link where an array or a checkpoint should be is refused by
+name before a byte is read.
+
+`same_file` and `kind_of` serve the checks that keep a command from writing over what it reads:
+two paths are the same file when their device and inode are (hard links and symbolic links
+included), and standard input and output are files too (`translate decode -o x < x`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+class UnsafeFileError(OSError):
+    """A file that is not a regular file of the expected size, or a link where none may be;
+    the message names the file and what it is."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def kind_of(mode: int) -> str:
+    """What a file of stat mode `mode` is, in words ("a FIFO", "a character device", ...)."""
+    kinds = ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"),
+             (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((words for test, words in kinds if test(mode)), "not a regular file")
+
+
+def describe(path: str | Path) -> str:
+    """What `path` is, without following a final link: "a symbolic link to X (a loop)", "a
+    FIFO (named pipe)", "missing"..."""
+    path = Path(path)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError as e:
+        return f"unreadable ({e.strerror})"
+    if not stat.S_ISLNK(mode):
+        return kind_of(mode)
+    target = os.readlink(path)
+    try:
+        path.stat()
+    except OSError as e:
+        why = "a loop" if e.errno == errno.ELOOP else "which does not exist"
+        return f"a symbolic link to {target} ({why})"
+    return f"a symbolic link to {target}"
+
+
+def open_regular(path: str | Path, size: int | None = None, follow: bool = False,
+                 what: str = "file") -> BinaryIO:
+    """`path` opened for reading in binary, once it is known to be a regular file (of `size`
+    bytes, when given). Without `follow`, a symbolic link is refused rather than opened through.
+    An UnsafeFileError names the file, what it is, and that it is no `what`."""
+    path = Path(path)
+    flags = os.O_RDONLY | NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EMLINK) or (not follow and path.is_symlink()):
+            raise UnsafeFileError(e.errno, f"{path} is {describe(path)}, not a {what}: "
+                                           f"{'' if follow else 'links are not followed here; '}"
+                                           f"put the {what} itself there") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafeFileError(errno.EINVAL, f"{path} is {kind_of(info.st_mode)}, not a "
+                                                f"{what}; put the {what} itself there")
+        if size is not None and info.st_size != size:
+            raise UnsafeFileError(errno.EINVAL, f"{path} holds {info.st_size} bytes, not the "
+                                                f"{size} of its {what}")
+        if NONBLOCK:  # a regular file never blocks, but its readers need not know the flag
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str | Path, size: int | None = None, follow: bool = False,
+                 what: str = "file") -> bytes:
+    """The bytes of `path`, opened by `open_regular`."""
+    with open_regular(path, size, follow, what) as f:
+        return f.read()
+
+
+def identity(path: str | Path | int) -> tuple[int, int] | None:
+    """(device, inode) of a path (links followed) or an open descriptor; None if there is none."""
+    try:
+        info = os.fstat(path) if isinstance(path, int) else os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return info.st_dev, info.st_ino
+
+
+def same_file(a: str | Path | int, b: str | Path | int) -> bool:
+    """Whether two paths or descriptors are one file (under any names or links)."""
+    first = identity(a)
+    return first is not None and first == identity(b)
