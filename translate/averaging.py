@@ -13,9 +13,11 @@ averages and the run it comes from; it has no optimizer or training state, so no
 from it by mistake, and it loads wherever a checkpoint does (`decode`, `evaluate`, `export`,
 `Translator.load`).
 
-Nothing the user has is overwritten: an output file that exists is refused (unless `force`),
-and a run's own checkpoint names (best.pt, last.pt, step_<N>.pt) are refused as outputs always,
-since `--resume` and `decode` take files of those names for the run's. The inputs must be one
+Nothing the user has is overwritten: an output file that exists is refused, and with `force`
+replaced only if it is itself an average (a checkpoint `translate average` wrote) and a regular
+file; a run's own checkpoint names (best.pt, last.pt, step_<N>.pt) are refused as outputs
+always, since `--resume` and `decode` take files of those names for the run's, and so is any
+name for one of the run's checkpoints (a hard or symbolic link to it). The inputs must be one
 run's (their run ids), distinct (no step twice, no copies) and finite.
 """
 
@@ -29,6 +31,7 @@ import torch
 
 from translate.checkpoint import (FORMAT_VERSION, CheckpointError, read_checkpoint, step_number,
                                   write_checkpoint)
+from translate.files import describe, output_clash, output_kind
 from translate.model_folder import unique_tensors
 from translate.run_folder import check_own_checkpoint, run_id
 
@@ -99,17 +102,38 @@ def _weights(data: dict, raw: bool) -> dict:
     return data.get("train_model", data["model"]) if raw else data["model"]
 
 
-def check_output(path: Path, force: bool) -> None:
-    """Refuse an output that would replace a file without `force`, or take a name a run gives
-    its own checkpoints (with or without it)."""
+def check_output(path: Path, force: bool, run_dir: Path | None = None) -> None:
+    """Refuse an output that would replace a file without `force`, or with it anything but an
+    earlier average; a name a run gives its own checkpoints; and any name for one of the run's
+    checkpoints."""
     if path.name in RUN_CHECKPOINT_NAMES or step_number(path) >= 0:
         raise CheckpointError(f"{path}: {path.name} is a name a run gives its own checkpoints, "
                               f"which --resume, decode and average take for the run's; write "
                               f"the average under another name")
-    if path.is_dir():
+    kind = output_kind(path)
+    if kind == "a folder":
         raise CheckpointError(f"{path} is a folder; -o takes the checkpoint file to write")
-    if (path.exists() or path.is_symlink()) and not force:
+    if run_dir is not None:
+        own = {p.name: p for p in (*step_checkpoints(run_dir),
+                                   *(run_dir / n for n in RUN_CHECKPOINT_NAMES))}
+        clash = output_clash(path, own)
+        if clash:
+            raise CheckpointError(f"{path} is the run's {clash} under another name (a link); "
+                                  f"write the average under a name of its own")
+    if not (path.exists() or path.is_symlink()):
+        return
+    if not force:
         raise CheckpointError(f"{path} exists: give another -o, or --force to replace it")
+    if kind is not None or path.is_symlink():
+        raise CheckpointError(f"{path} is {kind or describe(path)}; --force replaces only an "
+                              f"earlier average: give another -o")
+    try:
+        earlier = "averaged" in read_checkpoint(path, verify=False, check_name=False)
+    except CheckpointError:
+        earlier = False
+    if not earlier:
+        raise CheckpointError(f"{path} is not an average that translate average wrote; --force "
+                              f"replaces only those: give another -o")
 
 
 def _check_input(path: Path, data: dict, weights: dict, own_id: str | None, seen: dict) -> None:
@@ -136,7 +160,7 @@ def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | No
     if not run_dir.is_dir():
         raise CheckpointError(f"run folder not found: {run_dir}")
     path = Path(out) if out else run_dir / f"average_last{last}{'_raw' if raw else ''}.pt"
-    check_output(path, force)
+    check_output(path, force, run_dir)
     if last < 2:
         raise CheckpointError(f"--last must be at least 2, got {last}: one checkpoint is "
                               f"its own average")

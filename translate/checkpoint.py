@@ -23,9 +23,10 @@ import torch
 from torch import nn
 
 from translate.config import Recipe, recipe_from_dict, without_retired_keys
+from translate.files import UnsafeFileError, copy_into, describe, open_regular, same_file
 from translate.model_folder import ModelFolderError, is_model_folder, read_model_folder
 from translate.models import build_model
-from translate.run_folder import data_from, data_relative_to
+from translate.run_folder import data_from, data_relative_to, step_number
 from translate.tokenizer import Tokenizer
 from translate.tokens import SPECIAL_IDS
 from translate.utils import atomic_write, first_line
@@ -103,17 +104,18 @@ def write_checkpoint(path: Path, payload: dict) -> None:
                               f"the file {kept}") from None
 
 
-def link_checkpoint(source: Path, path: Path) -> None:
-    """Make `path` the same file as the checkpoint `source` (a hard link, renamed into place);
-    a copy where the file system has no hard links. No step rewrites a checkpoint in place, so
-    the two names never part."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.unlink(missing_ok=True)
+def copy_checkpoint(source: Path, path: Path) -> None:
+    """Write `path` atomically as a file of its own with the checkpoint `source`'s contents: a
+    copy-on-write clone where the file system makes one (no space taken), else a copy. Never a
+    hard link: a user's write in place to one name (`cp other.pt best.pt`) would change the
+    other too."""
     try:
-        os.link(source, tmp)
-    except OSError:
-        shutil.copyfile(source, tmp)
-    os.replace(tmp, path)
+        with atomic_write(path) as f:
+            copy_into(source, f, "checkpoint")
+    except OSError as e:
+        kept = "is unchanged" if path.exists() else "was not written"
+        raise CheckpointError(f"could not write the checkpoint {path} ({e.strerror or e}); "
+                              f"the file {kept}") from None
 
 
 def check_writable(run_dir: Path) -> None:
@@ -141,33 +143,62 @@ def check_free_space(run_dir: Path, checkpoint_size: int) -> None:
                       f"checkpoints need about {2 * checkpoint_size / 2**20:.1f} MiB")
 
 
-def read_checkpoint(path: str | Path, verify: bool = True) -> dict:
+def read_checkpoint(path: str | Path, verify: bool = True, check_name: bool = True) -> dict:
     """The raw checkpoint dict of a .pt file, a run folder (its best.pt) or an exported model
     folder (translate.model_folder), or a CheckpointError naming the file. Without `verify`
-    the tensors are memory-mapped and the checksum is not checked: for a look at the recipe."""
+    the tensors are memory-mapped and the checksum is not checked: for a look at the recipe.
+    With `check_name`, a step_<N>.pt must hold step N (without: for a look at whose it is).
+
+    Only a regular file is read: a FIFO, a device or a link loop is refused by name before a
+    byte is read, and a run folder's best.pt is not followed if it is a link."""
     path = Path(path)
     if not path.exists():
-        raise CheckpointError(f"checkpoint not found: {path}")
+        what = describe(path)
+        raise CheckpointError(f"checkpoint not found: {path}" if what == "missing" else
+                              f"{path} is {what}, not a checkpoint")
     if is_model_folder(path):
         try:
             return _todays_recipe(read_model_folder(path))
         except ModelFolderError as e:
             raise CheckpointError(str(e)) from None
+    named = not path.is_dir()  # a file the user named may be a link to one
     if path.is_dir():
         best = path / "best.pt"
-        if not best.is_file():
+        if not (best.is_file() or best.is_symlink()):
             raise CheckpointError(f"{path} is a folder without best.pt or an exported model "
                                   f"(config.json, model.safetensors); name a checkpoint file")
         path = best
-    if path.stat().st_size == 0:
-        raise CheckpointError(f"{path}: the file is empty (was its writing cut short?)")
-    with open(path, "rb") as f:
-        if f.read(4) != b"PK\x03\x04":  # torch.save writes a zip archive
-            hint = " (it looks like a SentencePiece model)" if path.suffix == ".model" else ""
-            raise CheckpointError(f"{path} is not a checkpoint{hint}: give a run folder or a "
-                                  f".pt file that `translate train` wrote")
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True, mmap=not verify)
+        with open_regular(path, follow=named, what="checkpoint") as f:
+            data = _load(f, path, verify)
+    except UnsafeFileError as e:
+        raise CheckpointError(str(e)) from None
+    except OSError as e:
+        raise CheckpointError(f"{path} cannot be read ({e.strerror or e})") from None
+    if not isinstance(data, dict) or "model" not in data or "recipe" not in data:
+        raise CheckpointError(f"{path}: not a translate checkpoint (missing model or recipe)")
+    _check_schema(data, path)
+    if verify and "checksum" in data and data["checksum"] != content_digest(data):  # older ones have none
+        raise CheckpointError(f"{path}: the file is damaged (its contents do not match the "
+                              f"checksum written with them); use another checkpoint")
+    if check_name:
+        _check_step_name(path, data)
+    return _todays_recipe(data)
+
+
+def _load(f, path: Path, verify: bool) -> Any:
+    """torch.load the open checkpoint file `f` (at `path`): plain values and tensors only."""
+    size = os.fstat(f.fileno()).st_size
+    if size == 0:
+        raise CheckpointError(f"{path}: the file is empty (was its writing cut short?)")
+    if f.read(4) != b"PK\x03\x04":  # torch.save writes a zip archive
+        hint = " (it looks like a SentencePiece model)" if path.suffix == ".model" else ""
+        raise CheckpointError(f"{path} is not a checkpoint{hint}: give a run folder or a "
+                              f".pt file that `translate train` wrote")
+    f.seek(0)
+    try:  # mmap needs a path: the file was checked to be a regular one just now
+        return torch.load(path if not verify else f, map_location="cpu", weights_only=True,
+                          mmap=not verify)
     except Exception as e:
         refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
         if isinstance(e, pickle.UnpicklingError) and refused:  # weights_only met a Python object
@@ -176,13 +207,21 @@ def read_checkpoint(path: str | Path, verify: bool = True) -> dict:
                                   f"{refused[1]})") from None
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: "
                               f"{first_line(e)})") from None
-    if not isinstance(data, dict) or "model" not in data or "recipe" not in data:
-        raise CheckpointError(f"{path}: not a translate checkpoint (missing model or recipe)")
-    _check_schema(data, path)
-    if verify and "checksum" in data and data["checksum"] != content_digest(data):  # older ones have none
-        raise CheckpointError(f"{path}: the file is damaged (its contents do not match the "
-                              f"checksum written with them); use another checkpoint")
-    return _todays_recipe(data)
+
+
+def _check_step_name(path: Path, data: dict) -> None:
+    """A file named step_<N>.pt must hold step N: one that holds another was replaced or
+    written over after the run wrote it, and would be decoded or averaged as step N."""
+    number = step_number(path)
+    if number < 0 or int(data.get("step", number)) == number:
+        return
+    twin = next((other for other in ("best.pt", "last.pt") if (path.parent / other).exists()
+                 and same_file(path, path.parent / other)), None)
+    cause = (f"it is the same file as {twin} (a hard link), so a write to {twin} changed it "
+             f"too" if twin else "it was replaced or written over after the run wrote it")
+    raise CheckpointError(f"{path}: its name says step {number} but it holds step "
+                          f"{data['step']}; {cause}. Use another checkpoint, or rename it "
+                          f"step_{data['step']}.pt if that is what it is")
 
 
 def _check_schema(data: dict, path: Path) -> None:
@@ -288,12 +327,6 @@ def _todays_recipe(data: dict) -> dict:
     every reader:
     loading, resuming (whose check compares the saved model section), averaging, export."""
     return {**data, "recipe": without_retired_keys(data["recipe"])}
-
-
-def step_number(path: Path) -> int:
-    """12 for step_12.pt; -1 for a name that is not step_<int>.pt."""
-    number = path.stem.removeprefix("step_")
-    return int(number) if number.isdigit() else -1
 
 
 def _resumable(path: Path, verify: bool) -> dict | None:

@@ -52,10 +52,15 @@ def main(verbose: bool) -> None:
               help="Start over in a --run-dir that holds a run (its run.json names it), "
               "deleting the files that run wrote and nothing else (without it, such a folder "
               "is refused).")
+@click.option("--adopt", is_flag=True,
+              help="With --resume: resume a RUN_DIR that has no run.json (lost, or from before "
+              "run ids), taking the run its newest checkpoint names as the folder's and writing "
+              "run.json anew (without it, such a folder is refused).")
 @device_option
 @click.option("--no-progress", is_flag=True,
               help="No progress bars (there are none unless stderr is a terminal).")
-def train(recipe, overrides, run_dir, resume_dir, data_path, overwrite, device, no_progress):
+def train(recipe, overrides, run_dir, resume_dir, data_path, overwrite, adopt, device,
+          no_progress):
     """Train a model from a RECIPE (YAML), then score it on the recipe's test splits.
 
     What the run reports goes to stderr and into RUN_DIR/train.log.
@@ -73,10 +78,10 @@ def train(recipe, overrides, run_dir, resume_dir, data_path, overwrite, device, 
         # the run folder fails them all, with one message.
         with together(join(pick_device(device))):
             cfg, run_dir = _train_recipe(recipe, overrides, run_dir, resume_dir, data_path,
-                                         overwrite)
+                                         overwrite, adopt)
         run_training(cfg, run_dir, device, progress=not no_progress and sys.stderr.isatty(),
                      resume=bool(resume_dir), overwrite=overwrite,
-                     dataset=None if data_path else _env_data())
+                     dataset=None if data_path else _env_data(), adopt=adopt)
     except RankFailed as e:
         fail_together(e)
     except Interrupted as e:  # rank 0, which saved the checkpoint, has logged it
@@ -86,7 +91,8 @@ def train(recipe, overrides, run_dir, resume_dir, data_path, overwrite, device, 
 
 
 def _train_recipe(recipe: str | None, overrides: tuple, run_dir: str | None,
-                  resume_dir: str | None, data_path: str | None, overwrite: bool = False):
+                  resume_dir: str | None, data_path: str | None, overwrite: bool = False,
+                  adopt: bool = False):
     """The recipe and run folder `translate train`'s arguments name."""
     from translate.config import load_recipe
     from translate.training.checkpoints import load_run_recipe
@@ -95,7 +101,9 @@ def _train_recipe(recipe: str | None, overrides: tuple, run_dir: str | None,
         if recipe or run_dir or overwrite:
             raise click.UsageError("--resume RUN_DIR takes no RECIPE, --run-dir or --overwrite: "
                                    "the run folder holds its recipe")
-        return load_run_recipe(Path(resume_dir), overrides, data_path), Path(resume_dir)
+        return load_run_recipe(Path(resume_dir), overrides, data_path, adopt), Path(resume_dir)
+    if adopt:
+        raise click.UsageError("--adopt goes with --resume RUN_DIR")
     if not recipe:
         raise click.UsageError("give a RECIPE, or --resume RUN_DIR")
     data = [f"data.dataset={data_path}"] if data_path else []

@@ -3,8 +3,12 @@
 The input is read lazily in chunks (or a line at a time when interactive), so a file of millions
 of lines never sits in memory. An output file is written beside its final path and renamed over
 it only when every line is translated: an error half-way (an invalid byte on line 90,000, Ctrl-C)
-leaves the old file, if any, as it was. An output that is the input itself is refused before
-anything is opened for writing. `decode_file` is the whole command: load, check, translate.
+leaves the old file, if any, as it was; an output that is a link is written at the file it links
+to, the link kept. A FIFO or a character device (`-o /dev/stdout`) is written into as it is,
+never replaced. An output that is the same file as the input, standard input, the checkpoint
+or a checkpoint of any name is refused before anything is opened for writing, as is standard
+output that is the input file (`> input.en`, `>> input.en`). `decode_file` is the whole
+command: load, check, translate.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from translate.config import decode_options
 from translate.data import DataError
 from translate.data.read import iter_lines
 from translate.engine import resolve_engine
+from translate.files import output_clash, output_kind
 from translate.inference import decode_sentences, decoding_model
 from translate.utils import atomic_write, pick_device
 
@@ -37,7 +42,7 @@ def decode_file(checkpoint: str, input_path: str = "-", output_path: str = "-", 
 
     `options` (beam, lenpen, early_exit, max_tokens, batch_size; None: the recipe's) set the
     decoding; `prompt`, if any, goes to stderr once the model is ready to translate."""
-    check_output(output_path, input_path)
+    check_output(output_path, input_path, checkpoint)
     dev = pick_device(device, precision)
     loaded = load_checkpoint(checkpoint, dev)
     resolved = resolve_engine(engine, dev)
@@ -72,29 +77,59 @@ def open_input(path: str):
     return open(p, "rb")
 
 
-def check_output(output_path: str, input_path: str) -> None:
-    """Refuse an output that cannot be written, or that is the input (the same file under any
-    name: writing it would destroy what is being read)."""
+def check_output(output_path: str, input_path: str, checkpoint: str | None = None) -> None:
+    """Refuse an output that cannot be written, or whose writing would destroy what is read:
+    the input (under any name, or as standard input), the checkpoint, or any checkpoint file;
+    and standard output that is the input file."""
+    reads = {"the input file": input_path} if input_path != "-" else {"standard input": 0}
+    if input_path != "-" and output_clash(input_path, {"standard output": 1}):
+        raise DataError(f"standard output is the input file {input_path}: translating into it "
+                        f"would destroy (or, appended, re-read) the sentences being read; "
+                        f"redirect it to another file, or give -o")
     if output_path == "-":
         return
     out = Path(output_path)
-    if out.is_dir():
+    kind = output_kind(out)
+    if kind == "a folder":
         raise DataError(f"output is a folder, not a file: {out}")
+    if kind is not None and kind not in ("a FIFO (named pipe)", "a character device"):
+        raise DataError(f"the output {out} is {kind}; give a file, a FIFO or a device to write")
     if not out.parent.is_dir():
         raise DataError(f"the output's folder does not exist: {out.parent}")
-    if input_path != "-" and out.exists() and os.path.samefile(out, input_path):
-        raise DataError(f"the output {out} is the input file: translating into it would "
-                        f"destroy the sentences being read; choose another -o")
+    if checkpoint is not None:
+        best = Path(checkpoint) / "best.pt"
+        reads["the checkpoint"] = best if Path(checkpoint).is_dir() else checkpoint
+    clash = output_clash(out, reads)
+    if clash:
+        raise DataError(f"the output {out} is {clash}: translating into it would destroy "
+                        f"what is being read; choose another -o")
+    if kind is None and out.exists() and _is_checkpoint(out):
+        raise DataError(f"the output {out} is a checkpoint; translations would replace it: "
+                        f"choose another -o")
+
+
+def _is_checkpoint(path: Path) -> bool:
+    """Whether the regular file at `path` starts as torch.save's archives do."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False
 
 
 @contextmanager
 def open_output(path: str) -> Iterator[TextIO]:
-    """A text stream for the translations: stdout for "-", else `utils.atomic_write(path)`,
-    which becomes `path` only when the block ends without an error."""
+    """A text stream for the translations: stdout for "-"; a FIFO or device as it is; else
+    `utils.atomic_write` at the file `path` names (through links), which becomes that file
+    only when the block ends without an error."""
     if path == "-":
         yield sys.stdout
         return
-    with atomic_write(path, "w") as sink:
+    if output_kind(path) is not None:  # a FIFO or a character device: never replaced
+        with open(path, "w", encoding="utf-8") as sink:
+            yield sink
+        return
+    with atomic_write(os.path.realpath(path), "w") as sink:
         yield sink
 
 

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 from pathlib import Path
 from typing import BinaryIO
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+FICLONE = 0x40049409  # Linux's ioctl that clones a file's blocks copy-on-write
 
 
 class UnsafeFileError(OSError):
@@ -113,3 +115,41 @@ def same_file(a: str | Path | int, b: str | Path | int) -> bool:
     """Whether two paths or descriptors are one file (under any names or links)."""
     first = identity(a)
     return first is not None and first == identity(b)
+
+
+def copy_into(source: str | Path, sink: BinaryIO, what: str = "file") -> str:
+    """Copy the regular file `source` into the open file `sink` and return how: "clone" where
+    the file system shares blocks copy-on-write (Btrfs, XFS: no space taken, and a later write
+    to either file leaves the other as it was), else "copy", byte for byte. Never a hard link,
+    which a write in place to one name (`cp`, an editor, `torch.save`) would carry to the other."""
+    with open_regular(source, what=what) as src:
+        try:
+            import fcntl
+
+            fcntl.ioctl(sink.fileno(), FICLONE, src.fileno())
+            return "clone"
+        except (ImportError, OSError):
+            shutil.copyfileobj(src, sink, 1 << 24)
+            return "copy"
+
+
+def output_clash(output: str | Path, named: dict[str, str | Path | int]) -> str | None:
+    """What stands against writing `output`: the name (a key of `named`: what each path or
+    descriptor is to the user, e.g. "the input file", "standard input") of the first of `named`
+    it is the same file as, under any name; None when there is none. A path that does not exist
+    yet clashes with nothing."""
+    if identity(output) is None:
+        return None
+    return next((what for what, other in named.items() if same_file(output, other)), None)
+
+
+def output_kind(output: str | Path) -> str | None:
+    """None when `output` is missing or a regular file (through links); else what it is ("a
+    FIFO (named pipe)", "a character device", "a folder", ...)."""
+    try:
+        mode = os.stat(output).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return describe(output) if e.errno == errno.ELOOP else f"unreadable ({e.strerror})"
+    return None if stat.S_ISREG(mode) else kind_of(mode)

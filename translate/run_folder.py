@@ -12,7 +12,10 @@ its data from any working directory.
 
 `--overwrite` starts over only in a folder whose run.json names a run, and deletes only what
 that run wrote (`owned_files`): its fixed files, the checkpoints that carry its id, the test
-translations its recipe names. Anything else in the folder stays.
+translations its recipe names. Anything else in the folder stays, and a new run is refused,
+before anything is deleted, where it would write under a name that holds another run's
+checkpoint or anything but a regular file (a link, a FIFO, a device): the new run's writes
+would replace the one or go through the other (`check_names_free`).
 
 While a run trains, it holds an exclusive lock on `RUN_DIR/.lock` (`fcntl.flock`): a second
 `translate train` on the folder is refused with the holder's process id. The kernel drops the
@@ -26,6 +29,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -38,8 +42,9 @@ from typing import Iterator
 import yaml
 
 from translate.config import Recipe
+from translate.files import describe, read_regular
 from translate.paths import is_relative, path_from, readable
-from translate.utils import atomic_write
+from translate.utils import atomic_write, first_line
 
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
@@ -51,6 +56,13 @@ RUN_PATTERNS = (RUN_FILE, "recipe.yaml", "metrics.jsonl", "train.log", "spm.mode
 # run's id; the test translations: those its recipe names).
 OWN_NAMES = (RUN_FILE, "recipe.yaml", "metrics.jsonl", "train.log", "spm.model")
 OWN_PATTERNS = ("spm.*.model", ".*.tmp*")
+CHECKPOINT_NAMES = ("best.pt", "last.pt")  # and step_<N>.pt
+
+
+def step_number(path: Path) -> int:
+    """12 for step_12.pt; -1 for a name that is not step_<digits 0-9>.pt (step_².pt is not)."""
+    match = re.fullmatch(r"step_([0-9]+)\.pt", Path(path).name)
+    return int(match[1]) if match else -1
 
 
 class RunFolderError(ValueError):
@@ -99,12 +111,39 @@ def owned_files(run_dir: Path) -> list[Path]:
                              f"or give a new --run-dir")
     found = {run_dir / name for name in OWN_NAMES}
     found |= {p for pattern in OWN_PATTERNS for p in run_dir.glob(pattern)}
-    checkpoints = [run_dir / "best.pt", run_dir / "last.pt", *run_dir.glob("step_*.pt")]
-    found |= {p for p in checkpoints if _carries_id(p, own)}
+    found |= {p for p in checkpoint_paths(run_dir) if _carries_id(p, own)}
     found |= {run_dir / f"{split}.hyp.{lang}" for split, lang in _test_outputs(run_dir)}
     if (run_dir / "tensorboard").is_dir():
         found.add(run_dir / "tensorboard")
     return sorted(p for p in found if p.is_dir() or (p.is_file() and not p.is_symlink()))
+
+
+def checkpoint_paths(run_dir: Path) -> list[Path]:
+    """The names under which a run writes checkpoints that are taken in `run_dir` (by
+    anything: a file, a link, a FIFO)."""
+    steps = [p for p in run_dir.glob("step_*.pt") if step_number(p) >= 0]
+    return [p for p in (*(run_dir / n for n in CHECKPOINT_NAMES), *steps) if os.path.lexists(p)]
+
+
+def check_names_free(run_dir: Path, recipe: Recipe) -> None:
+    """Refuse a new run where a name it writes holds something that is not a regular file (its
+    writes would go through a link, or block on a FIFO) or another run's checkpoint (it would
+    be replaced): `--overwrite` leaves those alone, so the run would meet them."""
+    tests = [f"{split}.hyp.{recipe.data.tgt_lang}" for split in recipe.data.test_splits]
+    for name in (*OWN_NAMES, LOCK_FILE, *tests):
+        path = run_dir / name
+        if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):
+            raise RunFolderError(f"{path} is {describe(path)}; the run writes its own {name} "
+                                 f"there: move it away, or give another --run-dir")
+    own = run_id(run_dir)
+    for path in checkpoint_paths(run_dir):
+        if path.is_symlink() or not path.is_file():
+            raise RunFolderError(f"{path} is {describe(path)}, where the run writes its "
+                                 f"checkpoints: move it away, or give another --run-dir")
+        if own is None or not _carries_id(path, own):
+            raise RunFolderError(f"{path} is not this folder's run's checkpoint (another run's, "
+                                 f"or no run's), and a new run would write over it: move it "
+                                 f"away, or give another --run-dir")
 
 
 def _carries_id(path: Path, own: str) -> bool:
@@ -114,7 +153,7 @@ def _carries_id(path: Path, own: str) -> bool:
     if not path.is_file() or path.is_symlink():
         return False
     try:
-        return read_checkpoint(path, verify=False).get("run_id") == own
+        return read_checkpoint(path, verify=False, check_name=False).get("run_id") == own
     except CheckpointError:
         return False
 
@@ -138,28 +177,43 @@ def start_run(recipe: Recipe, run_dir: Path, overwrite: bool = False) -> str:
         raise RunFolderError(f"{run_dir} already holds a run ({shown}): give a new --run-dir, "
                              f"continue it with --resume {run_dir}, or start over in it with "
                              f"--overwrite (which deletes that run's files)")
-    for path in owned_files(run_dir) if previous else []:
+    owned = owned_files(run_dir) if previous else []
+    check_names_free(run_dir, recipe)  # before anything is deleted
+    for path in owned:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     text = recipe_text(recipe, run_dir)
-    identity = {"run_id": uuid.uuid4().hex, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "recipe_sha256": hashlib.sha256(text.encode()).hexdigest()}
-    for name, content in (("recipe.yaml", text), (RUN_FILE, json.dumps(identity, indent=2) + "\n")):
-        with atomic_write(run_dir / name, "w") as f:
-            f.write(content)
-    return identity["run_id"]
+    with atomic_write(run_dir / "recipe.yaml", "w") as f:
+        f.write(text)
+    return write_run_id(run_dir, uuid.uuid4().hex, recipe)
+
+
+def write_run_id(run_dir: Path, own: str, recipe: Recipe, adopted: bool = False) -> str:
+    """Write run.json naming run `own` (with `adopted`, for a folder resumed with --adopt,
+    which says so); returns `own`."""
+    identity = {"run_id": own, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "recipe_sha256": hashlib.sha256(recipe_text(recipe, run_dir).encode()).hexdigest()}
+    if adopted:
+        identity = {"run_id": own, "adopted": identity["started"]}
+    with atomic_write(run_dir / RUN_FILE, "w") as f:
+        f.write(json.dumps(identity, indent=2) + "\n")
+    return own
 
 
 def run_id(run_dir: Path) -> str | None:
-    """The id in the folder's run.json; None for a folder trained before run.json existed."""
+    """The id in the folder's run.json; None where there is none (a folder trained before
+    run.json existed, or one whose run.json was deleted)."""
     path = run_dir / RUN_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     try:
-        identity = json.loads(path.read_text(encoding="utf-8"))
-        return str(identity["run_id"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise RunFolderError(f"{path} cannot be read ({type(e).__name__}); it names the run "
-                             f"its checkpoints belong to") from None
+        identity = json.loads(read_regular(path, what="run.json"))
+        value = identity["run_id"]
+        if not (isinstance(value, str) and re.fullmatch(r"[0-9a-f]{32}", value)):
+            raise ValueError(f"its run_id is {value!r}, not 32 hex digits")
+        return value
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+        raise RunFolderError(f"{path} cannot be read ({first_line(e)}); it names the run its "
+                             f"checkpoints belong to") from None
 
 
 def check_own_checkpoint(path: Path, data: dict, own_id: str | None,

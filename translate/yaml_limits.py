@@ -6,6 +6,10 @@ minutes and gigabytes later. Deep nesting (`[[[[...]]]]`) exhausts its recursive
 So a text is first read as a stream of events, which costs time linear in its size and builds
 nothing: the number of values it would expand to and its nesting depth are counted, and past
 the limits it is refused before anything is expanded.
+
+A key given twice in one mapping is refused by name, with both lines: YAML's loaders keep the
+last silently, so a second `train:` section would drop the first without a word. (Keys merged in
+with `<<: *anchor` are overridden by the mapping's own, as YAML means them to be.)
 """
 
 from __future__ import annotations
@@ -19,8 +23,37 @@ MAX_VALUES = 100_000  # scalars and collections after aliases are expanded
 MAX_DEPTH = 32
 
 
-class YamlLimitError(ValueError):
+class YamlRefusedError(ValueError):
+    """YAML that is refused before it is used; the message names the text and the problem."""
+
+
+class YamlLimitError(YamlRefusedError):
     """YAML that would take unbounded work to load."""
+
+
+class DuplicateKeyError(YamlRefusedError):
+    """A mapping that gives one key twice."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """The safe loader, refusing a mapping that gives a key twice."""
+
+    where = "YAML"
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                key = repr(key) if not isinstance(key, (str, int, float, bool, type(None))) else key
+                if key in seen:
+                    raise DuplicateKeyError(f"{self.where}: the key {key!r} is given twice in one "
+                                            f"mapping (lines {seen[key]} and "
+                                            f"{key_node.start_mark.line + 1}); keep one")
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
 
 
 def check_bounded(text: str, where: str) -> None:
@@ -57,6 +90,11 @@ def check_bounded(text: str, where: str) -> None:
 
 
 def safe_load(text: str, where: str) -> Any:
-    """`yaml.safe_load(text)` once `check_bounded` passes."""
+    """`yaml.safe_load(text)` once `check_bounded` passes, refusing duplicate keys."""
     check_bounded(text, where)
-    return yaml.safe_load(text)
+    loader = _UniqueKeyLoader(text)
+    loader.where = where
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()

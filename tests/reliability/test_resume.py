@@ -116,15 +116,16 @@ def test_resumed_run_equals_uninterrupted_run(straight, crashed):
     assert sorted(p.name for p in crashed.glob("step_*.pt")) == ["step_30.pt", "step_40.pt"]
 
 
-def test_step_checkpoints_hold_the_weights_alone_and_best_is_the_same_file(straight):
+def test_step_checkpoints_hold_the_weights_alone_and_best_is_a_file_of_its_own(straight):
     """train.step_checkpoints: weights (the default): step_N.pt holds the EMA and the raw
-    weights, for decode and average --raw, without Adam's moments; best.pt is a second name for
-    the improved step's file; last.pt alone holds the training state."""
+    weights, for decode and average --raw, without Adam's moments; best.pt holds the same bytes
+    as the improved step's file but is another file; last.pt alone holds the training state."""
     step, best, last = (straight / n for n in ("step_40.pt", "best.pt", "last.pt"))
     data = read_checkpoint(step)
     assert data["weights_only"] is True and data["step"] == STEPS
     assert {"model", "train_model"} <= data.keys() and not {"optimizer", "trainer"} & data.keys()
-    assert best.stat().st_ino == step.stat().st_ino  # dev BLEU rose at step 40
+    assert best.read_bytes() == step.read_bytes()  # dev BLEU rose at step 40
+    assert best.stat().st_ino != step.stat().st_ino and best.stat().st_nlink == 1
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
                 for t in data["model"].values()}  # tied embeddings: one storage, three names
     weights = sum(storages.values())

@@ -4,6 +4,7 @@ the command itself wrote."""
 
 import json
 import os
+import stat
 import shutil
 
 import pytest
@@ -65,19 +66,51 @@ def test_average_never_writes_a_run_checkpoint_name(run, name):
     assert contents(run) == before
 
 
-def test_average_replaces_an_existing_file_only_with_force(run, tmp_path):
+def test_average_replaces_only_an_earlier_average_and_only_with_force(run, tmp_path):
     mine = tmp_path / "mine.pt"
     mine.write_bytes(b"my own bytes")
     refused(cli("average", run, "--last", 2, "-o", mine), "exists: give another -o, or --force")
-    assert mine.read_bytes() == b"my own bytes"
+    refused(cli("average", run, "--last", 2, "-o", mine, "--force"),
+            "is not an average that translate average wrote")
     link = tmp_path / "link.pt"
     link.symlink_to(mine)
     refused(cli("average", run, "--last", 2, "-o", link), "exists")
+    refused(cli("average", run, "--last", 2, "-o", link, "--force"), "is a symbolic link")
     refused(cli("average", run, "--last", 2, "-o", tmp_path), "is a directory", code=2)
     assert mine.read_bytes() == b"my own bytes"
-    result = cli("average", run, "--last", 2, "-o", mine, "--force")
+    average = tmp_path / "average.pt"
+    assert cli("average", run, "--last", 3, "-o", average).exit_code == 0
+    result = cli("average", run, "--last", 2, "-o", average, "--force")
     assert result.exit_code == 0, result.output
-    assert read_checkpoint(mine)["averaged"] == ["step_20.pt", "step_30.pt"]
+    assert read_checkpoint(average)["averaged"] == ["step_20.pt", "step_30.pt"]
+
+
+@pytest.mark.parametrize("make", ["fifo", "device", "hard link to a step", "link to best"])
+def test_average_output_that_is_not_a_file_of_its_own_is_refused(run, tmp_path, make):
+    """Not a regular file (a FIFO, a device node: --force as root would put a regular file in
+    its place), or another name for one of the run's checkpoints."""
+    out = tmp_path / "out.pt"
+    if make == "fifo":
+        os.mkfifo(out)
+    elif make == "device":
+        try:
+            os.mknod(out, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # what /dev/null is
+        except PermissionError:
+            pytest.skip("making a device node needs root")
+    elif make == "hard link to a step":
+        os.link(run / "step_20.pt", out)
+    else:
+        out.symlink_to(run / "best.pt")
+    before = contents(run)
+    says = {"fifo": "is a FIFO (named pipe); --force replaces only an earlier average",
+            "device": "is a character device; --force replaces only an earlier average",
+            "hard link to a step": "is the run's step_20.pt under another name",
+            "link to best": "is the run's best.pt under another name"}[make]
+    refused(cli("average", run, "--last", 2, "-o", out, "--force"), says)
+    assert contents(run) == before
+    assert stat.S_IFMT(os.lstat(out).st_mode) == {"fifo": stat.S_IFIFO, "device": stat.S_IFCHR,
+                                                   "link to best": stat.S_IFLNK}.get(
+        make, stat.S_IFREG)
 
 
 def test_an_average_carries_the_run_id_and_resume_goes_on_beside_it(run):
@@ -98,7 +131,7 @@ def rewrite(path, change) -> None:
 
 @pytest.mark.parametrize("damage, says", [
     ("other run", "belongs to another run"),
-    ("copied step", "are both step 20 (a copy?)"),
+    ("copied step", "its name says step 30 but it holds step 20"),
     ("nan weight", "holds NaN or infinite values"),
 ])
 def test_average_refuses_inputs_it_cannot_trust(run, damage, says):
@@ -121,10 +154,7 @@ def test_overwrite_deletes_only_what_the_run_wrote(run, recipe_path, small_data)
     (run / "notes.pt").write_bytes(b"my tensors")
     (run / "mine.hyp.txt").write_text("my hypotheses\n")
     (run / "tensorboard_mine").mkdir()
-    other = read_checkpoint(run / "step_10.pt")
-    other["run_id"] = "f" * 32
-    write_checkpoint(run / "step_5.pt", other)  # another run's checkpoint, by its id
-    kept = {n: (run / n).read_bytes() for n in ("notes.pt", "mine.hyp.txt", "step_5.pt")}
+    kept = {n: (run / n).read_bytes() for n in ("notes.pt", "mine.hyp.txt")}
     result = cli("train", recipe_path, "--data", small_data, "--run-dir", run, "--overwrite",
                  "--no-progress", *sets(*SHORT, "train.max_steps=10"))
     assert result.exit_code == 0, result.output
@@ -132,6 +162,50 @@ def test_overwrite_deletes_only_what_the_run_wrote(run, recipe_path, small_data)
     assert (run / "tensorboard_mine").is_dir()
     assert not (run / "step_30.pt").exists()  # the old run's own checkpoints are gone, and
     assert read_checkpoint(run / "step_10.pt")["step"] == 10  # the new run wrote its own
+
+
+@pytest.mark.parametrize("name, make, says", [
+    ("step_5.pt", "foreign", "not this folder's run's checkpoint"),
+    ("step_10.pt", "foreign", "not this folder's run's checkpoint"),
+    ("best.pt", "foreign", "not this folder's run's checkpoint"),
+    ("last.pt", "no id", "not this folder's run's checkpoint"),
+    ("step_7.pt", "junk", "not this folder's run's checkpoint"),
+    ("step_5.pt", "fifo", "is a FIFO (named pipe), where the run writes its checkpoints"),
+    ("best.pt", "link", "is a symbolic link to"),
+    ("train.log", "link", "the run writes its own train.log there"),
+    ("metrics.jsonl", "dangling", "which does not exist"),
+    ("test_2016_flickr.hyp.de", "link", "the run writes its own test_2016_flickr.hyp.de"),
+    ("spm.model", "fifo", "is a FIFO (named pipe)"),
+])
+def test_overwrite_refuses_names_it_would_write_that_are_not_its_own(run, recipe_path,
+                                                                      small_data, tmp_path,
+                                                                      name, make, says):
+    """--overwrite deletes the old run's own files only, so another run's checkpoint, a link or
+    a FIFO under a name the new run writes would be written over or through: refused before
+    anything is deleted."""
+    mine = tmp_path / "mine.txt"
+    mine.write_text("the user's own file\n")
+    path = run / name
+    if path.exists() or path.is_symlink():
+        path.unlink()
+    if make in ("foreign", "no id"):
+        data = read_checkpoint(run / "step_20.pt")
+        data = {**data, "run_id": "f" * 32} if make == "foreign" else \
+            {k: v for k, v in data.items() if k != "run_id"}
+        write_checkpoint(path, data)
+    elif make == "junk":
+        path.write_bytes(b"not a checkpoint")
+    elif make == "fifo":
+        os.mkfifo(path)
+    elif make == "link":
+        path.symlink_to(mine)
+    else:
+        path.symlink_to(tmp_path / "nowhere")
+    before = contents(run)
+    refused(cli("train", recipe_path, "--data", small_data, "--run-dir", run, "--overwrite",
+                "--no-progress", *sets(*SHORT, "train.max_steps=10")), says)
+    assert contents(run) == before
+    assert mine.read_text() == "the user's own file\n" and not (tmp_path / "nowhere").exists()
 
 
 def test_overwrite_in_a_folder_without_run_json_is_refused(run, recipe_path, small_data):

@@ -53,7 +53,7 @@ def _read_yaml(path: Path) -> Any:
             raise ConfigError(f"{path}: {path.stat().st_size:,} bytes, over the limit of "
                               f"{yaml_limits.MAX_BYTES:,} for a recipe")
         return yaml_limits.safe_load(path.read_text(encoding="utf-8"), str(path))
-    except yaml_limits.YamlLimitError as e:
+    except yaml_limits.YamlRefusedError as e:
         raise ConfigError(str(e)) from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
@@ -152,7 +152,7 @@ def _apply_override(raw: dict, item: str) -> None:
         raise ConfigError(f"override {item!r}: the key must be section.key, e.g. model.d_model=512")
     try:
         value = yaml_limits.safe_load(text, f"override {dotted.strip()}") if text.strip() else ""
-    except yaml_limits.YamlLimitError as e:
+    except yaml_limits.YamlRefusedError as e:
         raise ConfigError(str(e)) from None
     except yaml.YAMLError:
         value = text

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import errno
 import hashlib
 import json
 import logging
@@ -47,6 +48,7 @@ from translate.data.encode import (ChunkEncoder, EncodedChunk, EncodedPairs, Tok
                                    encode_in_worker, start_worker)
 from translate.data.read import SplitSource, find_split, read_chunks, split_identity
 from translate.data.rows import parse_chunk
+from translate.files import describe, open_regular, read_regular
 from translate.tokenizer import Tokenizer
 from translate.utils import first_line
 
@@ -93,16 +95,16 @@ def open_corpus(folder: Path, key: str) -> Optional[Corpus]:
     """The entry in `folder`, memory-mapped; None when there is none or it does not hold together
     (then it is removed, to be rebuilt)."""
     manifest = folder / "manifest.json"
-    if not manifest.is_file():
+    if not folder.is_dir() or folder.is_symlink():
         return None
-    try:
-        info = json.loads(manifest.read_text(encoding="utf-8"))
+    try:  # every file opened only if it is a regular one: a FIFO or a link would block or lead out
+        info = json.loads(read_regular(manifest, what="cache manifest").decode("utf-8"))
         for name, expected in info["checksums"].items():
             if _checksum(folder / name) != expected:
                 raise ValueError(f"{name} does not match its checksum")
         sides = [_open_side(folder, side, info) for side in SIDES]
         return Corpus(EncodedPairs(*sides), CleanStats(**info["stats"]), key)
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
         log.warning("ignoring damaged encoded corpus %s (%s); encoding again", folder,
                     first_line(e))
         shutil.rmtree(folder, ignore_errors=True)
@@ -120,16 +122,18 @@ def _open_side(folder: Path, side: str, info: dict) -> TokenArray:
 
 
 def _map(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
-    """`count` values of `dtype` in `path`, memory-mapped read-only; the size must match."""
-    size = path.stat().st_size
-    if size != count * dtype.itemsize:
-        raise ValueError(f"{path.name} holds {size} bytes, not {count} x {dtype.itemsize}")
-    return np.memmap(path, dtype, "r", shape=(count,)) if count else np.zeros(0, dtype)
+    """`count` values of `dtype` in `path`, memory-mapped read-only; it must be a regular file
+    of that size."""
+    with open_regular(path, count * dtype.itemsize, what="cached array") as f:
+        return np.memmap(f, dtype, "r", shape=(count,)) if count else np.zeros(0, dtype)
 
 
 def build_corpus(folder: Path, source: SplitSource, cfg: DataConfig, tokenizer: Tokenizer,
                  num_proc: int, progress: bool, identity: dict) -> None:
     """Encode the split into a temporary folder beside `folder`, then rename it into place."""
+    if os.path.lexists(folder) and (folder.is_symlink() or not folder.is_dir()):
+        raise DataError(f"{folder} is {describe(folder)}, where the cache keeps this corpus's "
+                        f"entry: remove it, or point data.cache_dir or TRANSLATE_CACHE elsewhere")
     _remove_stale(folder.parent)
     tmp = folder.parent / f"{folder.name}.tmp-{socket.gethostname()}-{os.getpid()}"
     try:
@@ -149,11 +153,25 @@ def build_corpus(folder: Path, source: SplitSource, cfg: DataConfig, tokenizer: 
             if not (folder / "manifest.json").is_file():
                 raise
     except OSError as e:
-        raise DataError(f"could not write the encoded corpus to {folder.parent} "
-                        f"({e.strerror or first_line(e)}); free some space there, or point "
-                        f"data.cache_dir or TRANSLATE_CACHE at a disk with room") from None
+        raise DataError(_write_refusal(e, folder.parent)) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write_refusal(error: OSError, where: Path) -> str:
+    """What to do when the cache cannot be written, by the reason it gives."""
+    said = f"could not write the encoded corpus to {where} ({error.strerror or first_line(error)})"
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"{said}; free some space there, or point data.cache_dir or TRANSLATE_CACHE at " \
+               f"a disk with room"
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"{said}; point data.cache_dir or TRANSLATE_CACHE at a folder you can write"
+    blocked = next((p for p in (where, where.parent) if os.path.lexists(p) and
+                    (p.is_symlink() or not p.is_dir())), None)
+    if blocked is not None:
+        return f"{said}: {blocked} is {describe(blocked)}, not a folder; remove it, or point " \
+               f"data.cache_dir or TRANSLATE_CACHE elsewhere"
+    return f"{said}; point data.cache_dir or TRANSLATE_CACHE at another folder"
 
 
 def _check_unchanged(source: SplitSource, identity: dict) -> None:
@@ -170,7 +188,7 @@ def _check_unchanged(source: SplitSource, identity: dict) -> None:
 def _checksum(path: Path) -> str:
     """The CRC-32 of a file's bytes, as 8 hex digits."""
     crc = 0
-    with open(path, "rb") as f:
+    with open_regular(path, what="cached array") as f:
         while chunk := f.read(1 << 24):
             crc = zlib.crc32(chunk, crc)
     return f"{crc:08x}"
@@ -251,7 +269,7 @@ def _remove_stale(root: Path) -> None:
     host = socket.gethostname()
     for tmp in root.glob(f"*.tmp-{host}-*") if root.is_dir() else ():
         pid = tmp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _running(int(pid)):
+        if pid.isascii() and pid.isdigit() and not _running(int(pid)):
             shutil.rmtree(tmp, ignore_errors=True)
 
 

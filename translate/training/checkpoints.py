@@ -8,31 +8,51 @@ from pathlib import Path
 from translate.checkpoint import (CheckpointError, checkpoint_tokenizer, newest_checkpoint,
                                   read_checkpoint, step_number)
 from translate.config import ConfigError, Recipe, recipe_from_dict, resume_overrides
-from translate.run_folder import check_own_checkpoint, data_from, run_id
+from translate.run_folder import RUN_FILE, check_own_checkpoint, data_from, run_id, write_run_id
 from translate.tokenizer import Tokenizer
 
 
 def load_run_recipe(run_dir: Path, overrides: list[str] | tuple = (),
-                    dataset: str | None = None) -> Recipe:
+                    dataset: str | None = None, adopt: bool = False) -> Recipe:
     """The recipe a run trains with, read from its newest checkpoint (recipe.yaml is a copy for
     people to read), with resume-safe `overrides` (`config.RESUME_KEYS`) applied and `dataset`,
     if given, as its data (the same data in another place). Only the checkpoint's pickled part
-    is read: `resume_point` reads and verifies the whole file."""
+    is read: `resume_point` reads and verifies the whole file. A folder without run.json is
+    refused unless `adopt` (`check_run_named`)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(f"run folder not found: {run_dir}")
     path, checkpoint = newest_checkpoint(run_dir, verify=False)
+    check_run_named(run_dir, path, checkpoint, adopt)
     check_own_checkpoint(path, checkpoint, run_id(run_dir))
     raw = resume_overrides(checkpoint["recipe"], overrides)
     recipe = data_from(recipe_from_dict(raw, f"{path} (recipe)", resolved=True), run_dir)
     return replace(recipe, data=replace(recipe.data, dataset=dataset)) if dataset else recipe
 
 
-def resume_point(run_dir: Path, recipe: Recipe, clean: bool = True
+def check_run_named(run_dir: Path, path: Path, checkpoint: dict, adopt: bool) -> None:
+    """A resumed folder must name its run (run.json): without it nothing shows that the newest
+    checkpoint is this folder's run's rather than one copied in. `adopt` takes it as the run's."""
+    if adopt or run_id(run_dir) is not None:
+        return
+    theirs = checkpoint.get("run_id")
+    says = f"it says run {theirs}" if theirs else "it carries no run id"
+    raise CheckpointError(f"{run_dir} has no {RUN_FILE} naming its run, so nothing shows that "
+                          f"{path.name} ({says}) is this folder's run's; if it is, resume with "
+                          f"--adopt, which takes that run as the folder's and writes "
+                          f"{RUN_FILE} anew")
+
+
+def resume_point(run_dir: Path, recipe: Recipe, clean: bool = True, adopt: bool = False
                  ) -> tuple[Path, dict, Tokenizer]:
     """The run's newest readable checkpoint (path, contents) and its tokenizer, once checked
-    against the recipe; with `clean`, half-written files of the crashed process are removed."""
+    against the recipe; with `clean`, half-written files of the crashed process are removed
+    (and with `adopt`, a missing run.json written from the checkpoint's run id)."""
     path, checkpoint = newest_checkpoint(run_dir)
+    check_run_named(run_dir, path, checkpoint, adopt)
+    check_counters(path, checkpoint)
+    if adopt and clean and run_id(run_dir) is None and checkpoint.get("run_id"):
+        write_run_id(run_dir, checkpoint["run_id"], recipe, adopted=True)
     check_all_own(run_dir)
     check_resumable(path, checkpoint, recipe)
     tokenizer = checkpoint_tokenizer(checkpoint)
@@ -40,6 +60,30 @@ def resume_point(run_dir: Path, recipe: Recipe, clean: bool = True
         for leftover in run_dir.glob(".*.tmp*"):
             leftover.unlink()
     return path, checkpoint, tokenizer
+
+
+def check_counters(path: Path, checkpoint: dict) -> None:
+    """The training counters must be ones a run can have reached: whole numbers and seconds
+    that are not negative (a crafted or damaged file would resume at step -5)."""
+    trainer = checkpoint["trainer"]
+    counters = {"step": checkpoint["step"], **{f"trainer.{k}": trainer.get(k) for k in
+                ("epoch", "position", "bad_evals", "bad_losses")}}
+    for name, value in counters.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CheckpointError(f"{path}: its {name} is {value!r}, not a count a run reaches "
+                                  f"(a whole number, 0 or more); resume from another checkpoint")
+    for name in ("elapsed", "train_seconds", "best_bleu"):
+        value = trainer.get(name)
+        low = -1.0 if name == "best_bleu" else 0.0  # -1: no validation yet
+        high = 100.0 if name == "best_bleu" else float("inf")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not low <= value <= high or value != value:
+            raise CheckpointError(f"{path}: its trainer.{name} is {value!r}, outside what a run "
+                                  f"reaches ({low:g} to {high:g}); resume from another "
+                                  f"checkpoint")
+    if checkpoint["step"] == 0 and trainer.get("epoch", 0) > 1:
+        raise CheckpointError(f"{path}: it is at step 0 but in epoch {trainer['epoch']}; resume "
+                              f"from another checkpoint")
 
 
 def check_resumable(path: Path, checkpoint: dict, recipe: Recipe) -> None:
@@ -74,7 +118,7 @@ def check_all_own(run_dir: Path) -> None:
         if not path.is_file():
             continue
         try:
-            data = read_checkpoint(path, verify=False)
+            data = read_checkpoint(path, verify=False, check_name=False)
         except CheckpointError:  # unreadable: newest_checkpoint skips it with a warning
             continue
         check_own_checkpoint(path, data, own)

@@ -10,7 +10,7 @@ import signal
 import time
 from pathlib import Path
 
-from translate.checkpoint import link_checkpoint, save_checkpoint
+from translate.checkpoint import copy_checkpoint, save_checkpoint
 from translate.config import Recipe
 from translate.data.batch import TokenBatches
 from translate.metrics import LogWindow, MetricsLog
@@ -156,13 +156,14 @@ class Trainer:
                  losses["dev_loss"], bleu, f" (first {probed} sentences)" if probed else "",
                  " (best)" if improved else "", state.elapsed / 60)
         # Counters first, so the checkpoints hold them; the one --resume takes last, so a crash
-        # before it validates again. best.pt and step_N.pt are one file (a hard link).
+        # before it validates again. best.pt and step_N.pt are files of their own (a clone or a
+        # copy): a write to one never changes the other.
         state.bad_evals = 0 if improved else state.bad_evals + 1
         state.best_bleu = max(bleu, state.best_bleu)
         weights_only, step = self.cfg.step_checkpoints == "weights", f"step_{state.step}.pt"
         saved = self.save("best.pt" if improved else step, weights_only)
         if improved:
-            link_checkpoint(saved, self.run_dir / step)
+            copy_checkpoint(saved, self.run_dir / step)
         drop_old_steps(self.run_dir, self.cfg.keep_last, state.step)
         if weights_only:
             self.save("last.pt")
@@ -179,7 +180,7 @@ class Trainer:
             **self.updater.state_dict(), "rng": rng_state(self.device),
             "trainer": state.to_checkpoint(self.corpus_key)}
         save_checkpoint(path, self.updater.eval_model, self.recipe, self.tokenizer, state.step, {
-            **kept, "best_dev_bleu": max(state.best_bleu, 0.0),
+            **kept, "best_dev_bleu": max(state.best_bleu, 0.0), "world_size": self.world.size,
             **({"run_id": self.run_id} if self.run_id else {})})
         return path
 

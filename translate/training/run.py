@@ -41,7 +41,7 @@ class TrainResult:
 
 def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
           progress: bool = True, resume: bool = False, overwrite: bool = False,
-          dataset: Optional[str] = None) -> TrainResult:
+          dataset: Optional[str] = None, adopt: bool = False) -> TrainResult:
     """Train a model as the recipe says, then score the best checkpoint on the test splits.
 
     A new run refuses a `run_dir` that holds a run, unless `overwrite` (which deletes that run's
@@ -52,6 +52,7 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
     before its first step leaves no run folder behind. What the run reports is logged (the
     `translate` logger), and copied into the run folder's train.log. `dataset`, if given, is
     read instead of the recipe's `data.dataset`, which the run still records (TRANSLATE_DATA).
+    A resumed folder without run.json is refused unless `adopt` (`--adopt`).
     """
     world = join(pick_device(device))  # several processes under torchrun, else one
     new_folder = world.is_main and not resume and not run_dir.exists()
@@ -60,7 +61,7 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
         try:
             with together(world):
                 trainer = _start(recipe, run_dir, device, progress, resume, overwrite, world,
-                                 cleanup, claimed, dataset)
+                                 cleanup, claimed, dataset, adopt)
         except BaseException:
             cleanup.close()  # the log file, before its folder goes
             if new_folder:
@@ -96,7 +97,7 @@ def summary(result: TrainResult) -> str:
 
 def _start(recipe: Recipe, run_dir: Path, device: Optional[str], progress: bool, resume: bool,
            overwrite: bool, world: World, cleanup: ExitStack, claimed: list,
-           dataset: Optional[str] = None) -> Trainer:
+           dataset: Optional[str] = None, adopt: bool = False) -> Trainer:
     """Lock and check the run folder, claim it (a new run) or find the resume point, prepare the
     data and build the Trainer (restored when resuming); `cleanup` releases the lock and closes
     the log file and the metrics log afterwards."""
@@ -108,7 +109,7 @@ def _start(recipe: Recipe, run_dir: Path, device: Optional[str], progress: bool,
         cleanup.enter_context(locked(run_dir))
     checkpoint, tokenizer, own_id = None, None, None
     if resume:
-        path, checkpoint, tokenizer = resume_point(run_dir, recipe, clean=world.is_main)
+        path, checkpoint, tokenizer = resume_point(run_dir, recipe, world.is_main, adopt)
         own_id = run_id(run_dir)
     elif world.is_main:
         own_id = start_run(recipe, run_dir, overwrite)
@@ -134,6 +135,21 @@ def _restore(trainer: Trainer, path: Path, checkpoint: dict) -> None:
     if trainer.world.is_main:
         log.info("resuming from %s: step %d, epoch %d, batch %d", path, trainer.state.step,
                  trainer.state.epoch, trainer.state.position)
+        _say_world_change(checkpoint.get("world_size"), trainer.world.size,
+                          trainer.recipe.train.accum_steps)
+
+
+def _say_world_change(before: object, now: int, accum: int) -> None:
+    """Warn when a run resumes on another number of processes than it trained on: a step takes
+    accum_steps batches per process, so the batch grows or shrinks with them."""
+    if not isinstance(before, int) or isinstance(before, bool) or before in (now, 0):
+        return
+    launch = (f"torchrun --nproc_per_node {before} -m translate train --resume ..."
+              if before > 1 else "translate train --resume ... without torchrun")
+    log.warning("this run trained on %d process(es) and goes on with %d: an optimizer step now "
+                "takes %d batch(es) of train.max_tokens instead of %d (%.3gx the tokens per "
+                "step), so it no longer follows the run it continues; resume with %s to keep "
+                "them", before, now, accum * now, accum * before, now / before, launch)
 
 
 def test_scores(best: Loaded, trainer: Trainer, progress: bool) -> dict:
