@@ -164,7 +164,7 @@ def read_checkpoint(path: str | Path, verify: bool = True, check_name: bool = Tr
     named = not path.is_dir()  # a file the user named may be a link to one
     if path.is_dir():
         best = path / "best.pt"
-        if not (best.is_file() or best.is_symlink()):
+        if not os.path.lexists(best):
             raise CheckpointError(f"{path} is a folder without best.pt or an exported model "
                                   f"(config.json, model.safetensors); name a checkpoint file")
         path = best
@@ -246,6 +246,12 @@ def _check_schema(data: dict, path: Path) -> None:
         raise wrong("it has no SentencePiece models under tokenizer.src and tokenizer.tgt")
     if not isinstance(data.get("step", 0), int) or isinstance(data.get("step"), bool):
         raise wrong(f"its step is {data['step']!r}, not a whole number")
+    version = data.get("format_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise wrong(f"its format_version is {version!r}, not a version number")
+    if version > FORMAT_VERSION:
+        raise CheckpointError(f"{path}: format version {version} is newer than this translate "
+                              f"reads ({FORMAT_VERSION}); upgrade translate")
 
 
 def checkpoint_tokenizer(data: dict, path: str | Path = "checkpoint") -> Tokenizer:
@@ -277,6 +283,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
     args = (recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
     check_weights_fit(build_model, args, state, f"{path}: weights do not fit the recipe's "
                       f"{recipe.model.arch} model")
+    check_finite(state, path)
     model = build_model(*args)
     try:
         model.load_state_dict(state)
@@ -307,6 +314,16 @@ def check_weights_fit(build, args: tuple, state: dict, refusal: str) -> None:
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
             raise CheckpointError(f"{refusal} ({name}: {shape} in the file, "
                                   f"{tuple(tensor.shape)} in the model)")
+
+
+def check_finite(state: dict, path: str | Path) -> None:
+    """Refuse weights that hold NaN or infinite values: such a model translates every sentence
+    into nothing or garbage, without a word."""
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise CheckpointError(f"{path}: its weight {name} holds NaN or infinite values (the "
+                                  f"loss diverged before it was saved?); use a checkpoint from "
+                                  f"before that")
 
 
 def upgrade_state_dict(state: dict) -> dict:

@@ -330,11 +330,11 @@ def serve(checkpoint, host, port, device, precision, engine, **limits):
               "(which compare runs made on machines of different speed).")
 def curve(run_dirs, output, monitor, x):
     """Plot dev BLEU against training wall-clock (or steps) for one or more RUN_DIRS."""
-    from translate.analysis.plots import MetricsError, plot_learning_curves
+    from translate.analysis.plots import plot_learning_curves
 
     try:
         click.echo(f"wrote {plot_learning_curves(list(run_dirs), output, monitor, x)}")
-    except (MetricsError, OSError) as e:
+    except USER_ERRORS as e:
         fail(e)
 
 

@@ -119,10 +119,11 @@ def _is_checkpoint(path: Path) -> bool:
 
 @contextmanager
 def open_output(path: str) -> Iterator[TextIO]:
-    """A text stream for the translations: stdout for "-"; a FIFO or device as it is; else
+    """A text stream for the translations: stdout for "-" (or a name of it, as /dev/stdout
+    is, whatever file the shell sent it to); a FIFO or device as it is; else
     `utils.atomic_write` at the file `path` names (through links), which becomes that file
     only when the block ends without an error."""
-    if path == "-":
+    if path == "-" or output_clash(path, {"standard output": 1}):  # -o /dev/stdout
         yield sys.stdout
         return
     if output_kind(path) is not None:  # a FIFO or a character device: never replaced

@@ -43,6 +43,9 @@ def score(hypotheses: Sequence[str], references: Sequence[str], tgt_lang: str = 
 
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    if not hypotheses:
+        raise ValueError("nothing to score: no hypotheses and no references (an empty split "
+                         "or file?)")
     hyps, refs = list(hypotheses), [list(references)]
     bleu, chrf = BLEU(), CHRF()
     b, c = bleu.corpus_score(hyps, refs), chrf.corpus_score(hyps, refs)

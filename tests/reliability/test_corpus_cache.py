@@ -78,3 +78,102 @@ def test_a_cached_array_flipped_in_place_is_caught_and_encoded_again(data, tmp_p
     assert f"{array} does not match its checksum" in caplog.text and "encoding again" in caplog.text
     assert path.stat().st_size == size and as_lists(again.pairs) == clean
     assert isinstance(again.pairs.src.values, np.memmap)
+
+
+def within_seconds(seconds: float, work):
+    """`work()`'s result, run in a thread: a read that blocks (a FIFO) fails the test instead
+    of hanging the suite."""
+    import threading
+
+    box = {}
+    thread = threading.Thread(target=lambda: box.update(result=work()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s: a read blocked"
+    return box["result"]
+
+
+@pytest.mark.parametrize("name, make", [
+    ("src.ids", "fifo"), ("tgt.offsets", "fifo"), ("manifest.json", "fifo"),
+    ("src.ids", "link to /dev/zero"), ("tgt.lengths", "link to /dev/zero"),
+    ("manifest.json", "link to /dev/zero"), ("src.lengths", "link loop"),
+    ("tgt.ids", "link to a copy of itself"), ("manifest.json", "folder"),
+])
+def test_a_special_file_in_a_cache_entry_never_blocks_and_is_encoded_again(
+        data, tmp_path, tokenizer, caplog, name, make):
+    """Every file of an entry is opened only if it is a regular file, without following a link:
+    a FIFO, a device or a link where one should be is a damaged entry, rebuilt at once."""
+    import os
+
+    cfg = DataConfig(dataset=str(data), cache_dir=str(tmp_path / "cache"))
+    clean = as_lists(encoded_corpus(cfg, "train", tokenizer, num_proc=1).pairs)
+    (entry,) = entries(tmp_path / "cache")
+    path = entry / name
+    kept = tmp_path / "kept"
+    os.replace(path, kept)
+    if make == "fifo":
+        os.mkfifo(path)
+    elif make == "link to /dev/zero":
+        path.symlink_to("/dev/zero")
+    elif make == "link loop":
+        path.symlink_to(path)
+    elif make == "folder":
+        path.mkdir()
+    else:
+        path.symlink_to(kept)  # right bytes, but a link: it could lead anywhere
+    with caplog.at_level(logging.WARNING, logger="translate"):
+        again = within_seconds(60, lambda: encoded_corpus(cfg, "train", tokenizer, num_proc=1))
+    assert "ignoring damaged encoded corpus" in caplog.text and name in caplog.text
+    assert as_lists(again.pairs) == clean
+    assert kept.exists() and (entry / name).is_file() and not (entry / name).is_symlink()
+
+
+@pytest.mark.parametrize("make, says", [
+    ("file", "is a regular file, where the cache keeps this corpus's entry"),
+    ("link loop", "is a symbolic link to"),
+    ("dangling link", "which does not exist"),
+])
+def test_a_stray_file_where_an_entry_goes_is_named_not_blamed_on_space(data, tmp_path, tokenizer,
+                                                                        make, says):
+    cfg = DataConfig(dataset=str(data), cache_dir=str(tmp_path / "cache"))
+    encoded_corpus(cfg, "train", tokenizer, num_proc=1)
+    (entry,) = entries(tmp_path / "cache")
+    import shutil
+
+    shutil.rmtree(entry)
+    if make == "file":
+        entry.write_text("someone's notes\n")
+    elif make == "link loop":
+        entry.symlink_to(entry)
+    else:
+        entry.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(DataError, match=f"{entry}.*{says}") as refusal:
+        encoded_corpus(cfg, "train", tokenizer, num_proc=1)
+    assert "free some space" not in str(refusal.value)
+    assert make != "file" or entry.read_text() == "someone's notes\n"
+
+
+@pytest.mark.parametrize("errno_name, says", [
+    ("EACCES", "at a folder you can write"), ("EROFS", "at a folder you can write"),
+    ("ENOSPC", "free some space there"), ("EDQUOT", "free some space there"),
+    ("EIO", "at another folder"),
+])
+def test_a_cache_that_cannot_be_written_gets_the_hint_its_reason_calls_for(
+        data, tmp_path, tokenizer, monkeypatch, errno_name, says):
+    """A read-only cache is not a full disk: each reason gets its own hint (the reasons are
+    raised here, since a test running as root writes into read-only folders anyway)."""
+    import errno as errnos
+
+    code = getattr(errnos, errno_name)
+
+    def refuse(*args, **kwargs):
+        raise OSError(code, f"{errno_name} here")
+
+    monkeypatch.setattr(cache_module, "_write_sides", refuse)
+    cfg = DataConfig(dataset=str(data), cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(DataError, match=says) as refusal:
+        encoded_corpus(cfg, "train", tokenizer, num_proc=1)
+    assert f"({errno_name} here)" in str(refusal.value)
+    if errno_name != "ENOSPC" and errno_name != "EDQUOT":
+        assert "free some space" not in str(refusal.value)
+    assert entries(tmp_path / "cache") == []

@@ -3,6 +3,7 @@ logs, BLEU by sentence length, attention heatmaps."""
 
 from __future__ import annotations
 
+import io
 import json
 import textwrap
 from dataclasses import dataclass
@@ -11,7 +12,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from translate.utils import install_hint
+from translate.files import output_kind
+from translate.utils import atomic_write, install_hint
+
+# how the image files a figure may replace begin: PNG, PDF, SVG, JPEG, PostScript
+IMAGE_STARTS = (b"\x89PNG", b"%PDF", b"<?xml", b"<svg", b"\xff\xd8\xff", b"%!PS")
 
 
 class MetricsError(ValueError):
@@ -107,11 +112,39 @@ def pyplot():
 
 
 def save_figure(fig, output: str | Path) -> Path:
+    """Write `fig` to `output` (its format from the suffix; PNG without one) whole or not at
+    all; a FIFO or a device is written into, and an existing file is replaced only if it is an
+    image (never a checkpoint, a log or a text of the user's)."""
     output = Path(output)
+    check_figure_output(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output)
-    pyplot().close(fig)
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format=output.suffix[1:].lower() or "png")
+    finally:
+        pyplot().close(fig)
+    if output_kind(output) is not None:  # a FIFO or a device: never replaced
+        with open(output, "wb") as f:
+            f.write(buffer.getbuffer())
+    else:
+        with atomic_write(output.resolve()) as f:
+            f.write(buffer.getbuffer())
     return output
+
+
+def check_figure_output(output: Path) -> None:
+    """Refuse a figure's output that exists and is not an image, a FIFO or a device."""
+    kind = output_kind(output)
+    if kind == "a folder":
+        raise ValueError(f"{output} is a folder; -o takes the image file to write")
+    if kind is not None and kind not in ("a FIFO (named pipe)", "a character device"):
+        raise ValueError(f"{output} is {kind}; give an image file to write")
+    if kind is None and output.exists():
+        with open(output, "rb") as f:
+            start = f.read(16)
+        if start and not start.lstrip().startswith(IMAGE_STARTS):
+            raise ValueError(f"{output} exists and is not an image (a checkpoint, a log, a "
+                             f"text?); a figure replaces only an image: give another -o")
 
 
 def plot_dev_curves(curves: dict[str, list[dict]], output: str | Path) -> Path:

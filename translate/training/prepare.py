@@ -13,7 +13,7 @@ from translate.data import DataError
 from translate.data.cache import encoded_corpus, sample_pairs
 from translate.data.clean import CleanStats, clean_text_pairs
 from translate.data.encode import EncodedPairs, encode_pairs, filter_lengths
-from translate.data.read import load_split
+from translate.data.read import find_split, load_split
 from translate.tokenizer import Tokenizer
 from translate.training.distributed import World, main_first, on_main
 
@@ -65,7 +65,20 @@ def prepare_data(recipe: Recipe, run_dir: Path, tokenizer: Optional[Tokenizer] =
     if not len(train):
         raise DataError(f"{cfg.dataset}: no training pair is left after cleaning and "
                         f"the length filter (data.max_len {cfg.max_len})")
-    return TrainingData(tokenizer, train, read_dev(cfg, tokenizer), cfg, corpus.key)
+    dev = read_dev(cfg, tokenizer)
+    check_scored_splits(cfg, [*recipe.data.test_splits, *recipe.train.monitor_splits])
+    return TrainingData(tokenizer, train, dev, cfg, corpus.key)
+
+
+def check_scored_splits(cfg: DataConfig, splits: list[str]) -> None:
+    """Refuse, before training, a test or monitored split that holds no sentence: it would be
+    found empty only when the run scores it."""
+    for split in dict.fromkeys(splits):
+        src, _ = load_split(cfg, split)
+        if not src:
+            raise DataError(f"{find_split(cfg, split).where}: the {split} split holds no "
+                            f"sentences; the run scores it (data.test_splits, "
+                            f"train.monitor_splits): give one with sentences, or leave it out")
 
 
 def train_tokenizer(cfg: DataConfig, tok: TokenizerConfig, seed: int, run_dir: Path,
@@ -115,5 +128,9 @@ def read_dev(cfg: DataConfig, tokenizer: Tokenizer) -> DevSplit:
     """The dev split, cleaned as the train split is, and encoded."""
     src, tgt = load_split(cfg, "dev")
     keep, _ = clean_text_pairs(src, tgt)
+    if not keep:
+        raise DataError(f"{find_split(cfg, 'dev').where}: the dev split has no usable pairs "
+                        f"({len(src)} read); training validates and picks best.pt on it: give "
+                        f"a dev split with sentences (data.splits names it)")
     src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
     return DevSplit(src, tgt, encode_pairs(tokenizer, src, tgt))

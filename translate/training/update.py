@@ -163,7 +163,8 @@ class Updater:
         if state.bad_losses > most:
             raise TrainingError(f"{where}: {state.bad_losses} batches had a NaN/inf loss, over "
                                 f"train.max_bad_losses ({most}); stopping. "
-                                f"Lower train.lr or raise train.warmup, then --resume or restart")
+                                f"Train anew with a lower train.lr or a longer train.warmup "
+                                f"(--resume keeps the run's rates, so it would diverge again)")
         log.warning("%s: skipped (%d of at most %d)", where, state.bad_losses, most)
 
     def weights(self) -> dict:
