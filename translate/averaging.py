@@ -167,7 +167,7 @@ def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | No
     found = step_checkpoints(run_dir)
     if len(found) < last:
         names = ", ".join(p.name for p in found) or "none"
-        keeps = read_checkpoint(found[-1])["recipe"]["train"]["keep_last"] if found else 0
+        keeps = read_checkpoint(found[-1], follow=False)["recipe"]["train"]["keep_last"] if found else 0
         hint = (f"train with --set train.keep_last={last} to keep them" if keeps < last else
                 f"the run keeps {keeps} but saved {len(found)} before it ended: train longer, "
                 f"or average fewer (--last {len(found)})")
@@ -175,7 +175,7 @@ def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | No
                               f"than --last {last}: {hint}")
     paths = found[-last:]
     own_id, seen = run_id(run_dir), {}
-    first = read_checkpoint(paths[0])
+    first = read_checkpoint(paths[0], follow=False)
     first = {"model": _weights(first, raw), **{k: first[k] for k in ("recipe", "tokenizer", "step",
                                                                      "run_id") if k in first}}
     newest = {}
@@ -183,7 +183,7 @@ def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | No
     def models() -> Iterator[dict]:
         """Each checkpoint's weights, checked against the first; the newest's recipe kept."""
         for input_path in paths:
-            data = first if input_path == paths[0] else read_checkpoint(input_path)
+            data = first if input_path == paths[0] else read_checkpoint(input_path, follow=False)
             _check_alike(first, paths[0], data, input_path)
             model = _weights(data, raw)
             # the first input's run id stands for the run when the folder has no run.json

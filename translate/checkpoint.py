@@ -143,11 +143,13 @@ def check_free_space(run_dir: Path, checkpoint_size: int) -> None:
                       f"checkpoints need about {2 * checkpoint_size / 2**20:.1f} MiB")
 
 
-def read_checkpoint(path: str | Path, verify: bool = True, check_name: bool = True) -> dict:
+def read_checkpoint(path: str | Path, verify: bool = True, check_name: bool = True,
+                    follow: bool = True) -> dict:
     """The raw checkpoint dict of a .pt file, a run folder (its best.pt) or an exported model
     folder (translate.model_folder), or a CheckpointError naming the file. Without `verify`
     the tensors are memory-mapped and the checksum is not checked: for a look at the recipe.
     With `check_name`, a step_<N>.pt must hold step N (without: for a look at whose it is).
+    Without `follow` (a file found in a run folder, not named), a link is refused, not followed.
 
     Only a regular file is read: a FIFO, a device or a link loop is refused by name before a
     byte is read, and a run folder's best.pt is not followed if it is a link."""
@@ -161,7 +163,7 @@ def read_checkpoint(path: str | Path, verify: bool = True, check_name: bool = Tr
             return _todays_recipe(read_model_folder(path))
         except ModelFolderError as e:
             raise CheckpointError(str(e)) from None
-    named = not path.is_dir()  # a file the user named may be a link to one
+    named = follow and not path.is_dir()  # a file the user named may be a link to one
     if path.is_dir():
         best = path / "best.pt"
         if not os.path.lexists(best):
@@ -349,7 +351,7 @@ def _todays_recipe(data: dict) -> dict:
 def _resumable(path: Path, verify: bool) -> dict | None:
     """The checkpoint's dict when it can be resumed from, else None after a warning naming it."""
     try:
-        data = read_checkpoint(path, verify)
+        data = read_checkpoint(path, verify, follow=False)
     except CheckpointError as e:
         log.warning("skipping %s", e)
         return None

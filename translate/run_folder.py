@@ -129,12 +129,7 @@ def check_names_free(run_dir: Path, recipe: Recipe) -> None:
     """Refuse a new run where a name it writes holds something that is not a regular file (its
     writes would go through a link, or block on a FIFO) or another run's checkpoint (it would
     be replaced): `--overwrite` leaves those alone, so the run would meet them."""
-    tests = [f"{split}.hyp.{recipe.data.tgt_lang}" for split in recipe.data.test_splits]
-    for name in (*OWN_NAMES, LOCK_FILE, *tests):
-        path = run_dir / name
-        if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):
-            raise RunFolderError(f"{path} is {describe(path)}; the run writes its own {name} "
-                                 f"there: move it away, or give another --run-dir")
+    check_plain_files(run_dir, recipe)
     own = run_id(run_dir)
     for path in checkpoint_paths(run_dir):
         if path.is_symlink() or not path.is_file():
@@ -146,6 +141,18 @@ def check_names_free(run_dir: Path, recipe: Recipe) -> None:
                                  f"away, or give another --run-dir")
 
 
+def check_plain_files(run_dir: Path, recipe: Recipe) -> None:
+    """Refuse a run (new or resumed) where a file it reads or appends to (its log, its metrics,
+    its test translations) is a link or not a regular file: a write would go through the link,
+    a read of a FIFO would block."""
+    tests = [f"{split}.hyp.{recipe.data.tgt_lang}" for split in recipe.data.test_splits]
+    for name in (*OWN_NAMES, LOCK_FILE, *tests):
+        path = run_dir / name
+        if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):
+            raise RunFolderError(f"{path} is {describe(path)}; the run writes its own {name} "
+                                 f"there: move it away, or give another --run-dir")
+
+
 def _carries_id(path: Path, own: str) -> bool:
     """Whether the checkpoint at `path` says it is run `own`'s (its small pickled part read)."""
     from translate.checkpoint import CheckpointError, read_checkpoint
@@ -153,7 +160,8 @@ def _carries_id(path: Path, own: str) -> bool:
     if not path.is_file() or path.is_symlink():
         return False
     try:
-        return read_checkpoint(path, verify=False, check_name=False).get("run_id") == own
+        data = read_checkpoint(path, verify=False, check_name=False, follow=False)
+        return data.get("run_id") == own
     except CheckpointError:
         return False
 
@@ -161,9 +169,10 @@ def _carries_id(path: Path, own: str) -> bool:
 def _test_outputs(run_dir: Path) -> list[tuple[str, str]]:
     """(split, language) of the test translations the run's recipe.yaml names."""
     try:
-        data = yaml.safe_load((run_dir / "recipe.yaml").read_text(encoding="utf-8"))["data"]
+        text = read_regular(run_dir / "recipe.yaml", what="recipe").decode("utf-8")
+        data = yaml.safe_load(text)["data"]
         return [(str(split), str(data["tgt_lang"])) for split in data["test_splits"]]
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError, RecursionError):
         return []
 
 

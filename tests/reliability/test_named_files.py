@@ -333,3 +333,23 @@ def test_an_empty_dev_or_test_split_is_refused_before_training(small_data, recip
     refused(cli("train", recipe_path, "--data", data, "--run-dir", tmp_path / "run",
                 "--no-progress", *sets), says)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("make, says", [
+    ("fifo", "step_300.pt is a FIFO (named pipe), not a checkpoint"),
+    ("link out", "step_300.pt is a symbolic link to"),
+    ("link to /dev/zero", "step_300.pt is a symbolic link to /dev/zero"),
+])
+def test_average_never_reads_a_step_file_that_is_special_or_a_link(run, tmp_path, make, says):
+    step = run / "step_300.pt"
+    elsewhere = tmp_path / "elsewhere.pt"
+    shutil.copyfile(step, elsewhere)
+    step.unlink()
+    if make == "fifo":
+        os.mkfifo(step)
+    elif make == "link out":
+        step.symlink_to(elsewhere)
+    else:
+        step.symlink_to("/dev/zero")
+    refused(quickly(lambda: cli("average", run, "--last", 2, "-o", tmp_path / "a.pt")), says)
+    assert not (tmp_path / "a.pt").exists()

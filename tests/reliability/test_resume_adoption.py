@@ -180,3 +180,22 @@ def test_a_file_named_like_a_step_with_other_characters_is_no_step_checkpoint(ru
     result = cli("train", "--resume", run, "--no-progress", *sets("train.max_steps=25"))
     assert result.exit_code == 0, result.output
     assert (run / name).read_bytes() == (run / "step_10.pt").read_bytes()
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "train.log", "test_2016_flickr.hyp.de"])
+@pytest.mark.parametrize("make", ["fifo", "link"])
+def test_resume_refuses_a_log_that_is_a_fifo_or_a_link(run, tmp_path, name, make):
+    """A resumed run appends to its log and metrics and rewrites its test translations: through
+    a link they would land in another file, and a FIFO would block the run."""
+    import os
+
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("the user's own lines\n")
+    (run / name).unlink(missing_ok=True)
+    if make == "fifo":
+        os.mkfifo(run / name)
+    else:
+        (run / name).symlink_to(target)
+    refused(cli("train", "--resume", run, "--no-progress", *sets("train.max_steps=25")),
+            f"the run writes its own {name} there")
+    assert target.read_text() == "the user's own lines\n"

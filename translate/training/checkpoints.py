@@ -8,7 +8,8 @@ from pathlib import Path
 from translate.checkpoint import (CheckpointError, checkpoint_tokenizer, newest_checkpoint,
                                   read_checkpoint, step_number)
 from translate.config import ConfigError, Recipe, recipe_from_dict, resume_overrides
-from translate.run_folder import RUN_FILE, check_own_checkpoint, data_from, run_id, write_run_id
+from translate.run_folder import (RUN_FILE, check_own_checkpoint, check_plain_files, data_from,
+                                  run_id, write_run_id)
 from translate.tokenizer import Tokenizer
 
 
@@ -48,6 +49,7 @@ def resume_point(run_dir: Path, recipe: Recipe, clean: bool = True, adopt: bool 
     """The run's newest readable checkpoint (path, contents) and its tokenizer, once checked
     against the recipe; with `clean`, half-written files of the crashed process are removed
     (and with `adopt`, a missing run.json written from the checkpoint's run id)."""
+    check_plain_files(run_dir, recipe)
     path, checkpoint = newest_checkpoint(run_dir)
     check_run_named(run_dir, path, checkpoint, adopt)
     check_counters(path, checkpoint)
@@ -118,7 +120,7 @@ def check_all_own(run_dir: Path) -> None:
         if not path.is_file():
             continue
         try:
-            data = read_checkpoint(path, verify=False, check_name=False)
+            data = read_checkpoint(path, verify=False, check_name=False, follow=False)
         except CheckpointError:  # unreadable: newest_checkpoint skips it with a warning
             continue
         check_own_checkpoint(path, data, own)
