@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from test_corpus import data, tokenizer  # noqa: F401 (fixtures: a copy of the sample, a model)
+from cli_checks import without_blocking
 from translate.config import DataConfig
 from translate.data import DataError
 from translate.data import cache as cache_module
@@ -80,19 +81,6 @@ def test_a_cached_array_flipped_in_place_is_caught_and_encoded_again(data, tmp_p
     assert isinstance(again.pairs.src.values, np.memmap)
 
 
-def within_seconds(seconds: float, work):
-    """`work()`'s result, run in a thread: a read that blocks (a FIFO) fails the test instead
-    of hanging the suite."""
-    import threading
-
-    box = {}
-    thread = threading.Thread(target=lambda: box.update(result=work()), daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"still running after {seconds} s: a read blocked"
-    return box["result"]
-
-
 @pytest.mark.parametrize("name, make", [
     ("src.ids", "fifo"), ("tgt.offsets", "fifo"), ("manifest.json", "fifo"),
     ("src.ids", "link to /dev/zero"), ("tgt.lengths", "link to /dev/zero"),
@@ -122,7 +110,7 @@ def test_a_special_file_in_a_cache_entry_never_blocks_and_is_encoded_again(
     else:
         path.symlink_to(kept)  # right bytes, but a link: it could lead anywhere
     with caplog.at_level(logging.WARNING, logger="translate"):
-        again = within_seconds(60, lambda: encoded_corpus(cfg, "train", tokenizer, num_proc=1))
+        again = without_blocking(lambda: encoded_corpus(cfg, "train", tokenizer, num_proc=1))
     assert "ignoring damaged encoded corpus" in caplog.text and name in caplog.text
     assert as_lists(again.pairs) == clean
     assert kept.exists() and (entry / name).is_file() and not (entry / name).is_symlink()

@@ -59,7 +59,7 @@ def test_resume_skips_a_checkpoint_without_training_state_naming_what_it_lacks(t
              "optimizer": {k: v for k, v in data.items() if k != "optimizer"}}
     for missing, broken in cases.items():
         broken_path, end = run / f"step_{newest + 1}.pt", newest + 3
-        write_checkpoint(broken_path, broken)
+        write_checkpoint(broken_path, {**broken, "step": newest + 1})  # named as it holds
         kept = broken_path.read_bytes()
         result = CliRunner().invoke(main, ["train", "--resume", str(run), "--no-progress",
                                            "--set", f"train.max_steps={end}"])

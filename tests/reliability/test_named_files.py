@@ -13,23 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
 
+from cli_checks import cli, refused, without_blocking
 from translate.checkpoint import read_checkpoint, write_checkpoint
-from translate.cli import main
 
 SENTENCES = "A man rides a bike.\nTwo dogs play in the snow.\n"
-
-
-def cli(*args, **kwargs):
-    return CliRunner().invoke(main, [*map(str, args)], **kwargs)
-
-
-def refused(result, says: str, code: int = 1) -> None:
-    assert result.exit_code == code, result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("Error")]
-    assert len(errors) == 1 and says in errors[0], result.output
-    assert "Traceback" not in result.output and "unexpected" not in result.output
 
 
 def contents(folder: Path) -> dict:
@@ -218,14 +206,6 @@ def test_a_figure_never_replaces_a_file_that_is_not_an_image(run, command, targe
 
 # -- special files where a checkpoint should be ---------------------------------------------------
 
-def quickly(work, seconds: float = 60):
-    box = []
-    thread = threading.Thread(target=lambda: box.append(work()), daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), "a read blocked"
-    return box[0]
-
 
 @pytest.mark.parametrize("make, says", [
     ("fifo", "is a FIFO (named pipe), not a checkpoint"),
@@ -248,7 +228,7 @@ def test_a_special_file_named_as_a_checkpoint_is_named_at_once(tmp_path, make, s
         path.write_bytes(b"")
     for command in (["decode", path], ["evaluate", path], ["export", path, "-o",
                                                            tmp_path / "out"]):
-        result = quickly(lambda: cli(*command, input=""))
+        result = without_blocking(lambda: cli(*command, input=""))
         refused(result, says)
     assert not (tmp_path / "out").exists()
 
@@ -268,7 +248,7 @@ def test_a_run_folders_best_pt_is_not_followed_out_or_read_if_special(run, tmp_p
     else:
         best.symlink_to("/dev/zero")
         says = "best.pt is a symbolic link to /dev/zero"
-    refused(quickly(lambda: cli("decode", run, input="")), says)
+    refused(without_blocking(lambda: cli("decode", run, input="")), says)
 
 
 @pytest.mark.parametrize("make, says", [
@@ -291,7 +271,7 @@ def test_a_run_json_that_is_special_or_deep_is_refused_without_blocking(run, tmp
         (tmp_path / "their.json").write_text('{"run_id": "' + "a" * 32 + '"}')
         path.symlink_to(tmp_path / "their.json")
     before = contents(run)
-    refused(quickly(lambda: cli("train", "--resume", run, "--no-progress")), says)
+    refused(without_blocking(lambda: cli("train", "--resume", run, "--no-progress")), says)
     assert {k: v for k, v in contents(run).items() if k != ".lock"} == \
         {k: v for k, v in before.items() if k != ".lock"}
 
@@ -351,5 +331,5 @@ def test_average_never_reads_a_step_file_that_is_special_or_a_link(run, tmp_path
         step.symlink_to(elsewhere)
     else:
         step.symlink_to("/dev/zero")
-    refused(quickly(lambda: cli("average", run, "--last", 2, "-o", tmp_path / "a.pt")), says)
+    refused(without_blocking(lambda: cli("average", run, "--last", 2, "-o", tmp_path / "a.pt")), says)
     assert not (tmp_path / "a.pt").exists()

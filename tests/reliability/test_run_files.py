@@ -8,36 +8,19 @@ import stat
 import shutil
 
 import pytest
-import torch
-from click.testing import CliRunner
 
 from conftest import TINY_OVERRIDES
+from cli_checks import cli, refused, sets
 from translate.checkpoint import read_checkpoint, write_checkpoint
-from translate.cli import main
 
 SHORT = [*TINY_OVERRIDES, "train.eval_every=10", "train.log_every=5", "train.keep_last=5",
          "data.test_splits=[test_2016_flickr]"]
-
-
-def sets(*items):
-    return [arg for item in items for arg in ("--set", item)]
-
-
-def cli(*args):
-    return CliRunner().invoke(main, [*map(str, args)])
 
 
 def contents(folder) -> dict:
     """Every file under `folder` (links as their targets' names), byte for byte."""
     return {str(p.relative_to(folder)): (os.readlink(p) if p.is_symlink() else p.read_bytes())
             for p in sorted(folder.rglob("*")) if p.is_symlink() or p.is_file()}
-
-
-def refused(result, says: str, code: int = 1) -> None:
-    assert result.exit_code == code, result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("Error")]
-    assert len(errors) == 1 and says in errors[0], result.output
-    assert "Traceback" not in result.output
 
 
 @pytest.fixture(scope="module")
