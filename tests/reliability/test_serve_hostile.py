@@ -2,7 +2,8 @@
 421, a POST that is not application/json (what a cross-site page may send without asking) is
 415, /attention's longest accepted input, on a model of the recipe's size, answers within
 5 MB (with the longest target too), and a target of the wrong type, empty, too long or odd is a
-400 or drawn. Each refusal is a JSON error, and the server answers the next request."""
+400 or drawn. Each refusal is a JSON error, and the server answers the next request. SIGINT or
+SIGTERM while the model works answers every client and exits without an abort."""
 
 from __future__ import annotations
 
@@ -207,34 +208,90 @@ def test_odd_characters_in_a_target_are_drawn_not_a_crash(translator, target):
                                       translator.tokenizer.encode_tgt([target])[0]]
 
 
-def test_stopping_mid_work_answers_503_in_json_and_exits_without_the_call(recipe_sized_path):
-    """SIGINT while a long call decodes: its request gets a JSON 503 at once, and the process
-    exits without waiting for the call (the model's thread is abandoned)."""
+STOPPING = {"error": "the server is shutting down"}
+
+
+def posting(url: str, body: dict, answers: list) -> threading.Thread:
+    """A client posting `body` to /translate in a thread of its own; its answer (or error)
+    goes to `answers`."""
+    def post():
+        try:
+            answers.append(httpx.post(url + "translate", json=body, timeout=120))
+        except httpx.HTTPError as e:
+            answers.append(e)
+
+    sender = threading.Thread(target=post)
+    sender.start()
+    return sender
+
+
+def await_health(url: str, field: str, value: int) -> None:
+    deadline = time.monotonic() + 60
+    while httpx.get(url + "health").json()[field] != value:
+        assert time.monotonic() < deadline, f"/health's {field} never came to {value}"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130),
+                                            (signal.SIGTERM, -signal.SIGTERM)])
+def test_a_signal_mid_work_answers_every_client_and_exits_cleanly(recipe_sized_path, signum,
+                                                                  status):
+    """SIGINT or SIGTERM while a long call decodes and three requests wait behind it: each gets
+    a JSON 503 at once, the call is ended at its next step, and the process exits within 10 s
+    as the signal asks (130 on SIGINT, as after Ctrl-C; by the signal on SIGTERM), not by an
+    abort (`terminate called without an active exception`, from torch still running in the
+    model's thread as the interpreter finalized)."""
     server = on_cpu(recipe_sized_path, "--max-call-work", "1000000",
                     "--max-request-work", "1000000")
-    process, url = server.process, server.url
+    answers: list = []
     try:
-        long = {"texts": [" ".join(["dog"] * 40)] * 16, "beam": 16}
-        answer: list = []
-        sender = threading.Thread(target=lambda: answer.append(
-            httpx.post(url + "translate", json=long, timeout=120)))
-        sender.start()
-        deadline = time.monotonic() + 60
-        while httpx.get(url + "health").json()["decoding"] == 0:
-            assert time.monotonic() < deadline, "the long request never reached the model"
-            time.sleep(0.05)
+        senders = [posting(server.url, {"texts": [" ".join(["dog"] * 40)] * 16, "beam": 16},
+                           answers)]
+        await_health(server.url, "decoding", 16)
+        senders += [posting(server.url, {"text": "A dog runs.", "beam": 2}, answers)
+                    for _ in range(3)]
+        await_health(server.url, "queue", 3)
         stopped = time.monotonic()
-        process.send_signal(signal.SIGINT)
-        sender.join(30)
-        assert answer and answer[0].status_code == 503, answer
-        assert answer[0].json() == {"error": "the server is shutting down"}
-        assert answer[0].headers["content-type"] == "application/json"
-        process.wait(timeout=30)
+        server.process.send_signal(signum)
+        for sender in senders:
+            sender.join(30)
+        assert [getattr(a, "status_code", a) for a in answers] == [503] * 4, answers
+        assert all(a.json() == STOPPING and a.headers["content-type"] == "application/json"
+                   for a in answers)
+        assert server.wait(30) == status
         assert time.monotonic() - stopped < 10
+        log = "".join(server.said)
+        assert "terminate called" not in log and "Traceback" not in log, log
     finally:
-        if process.poll() is None:  # (it should have exited on its own)
-            process.kill()
-            process.wait()
+        server.stop()
+
+
+STUCK = ("import time; from translate.serve.app import Endpoints; "
+         "Endpoints.work = lambda self, key, texts: time.sleep(60); "
+         "from translate.cli import main; main()")
+
+
+def test_a_call_that_cannot_end_in_time_is_left_and_the_process_exits(trained_run):
+    """SIGINT while the model's thread is held where it cannot be stopped (one long operation;
+    here a sleep): the client gets its 503, the call has 2 s to end, then the process exits at
+    once with 130, skipping the finalization that would abort it."""
+    server = ServerProcess(trained_run.run_dir, "--device", "cpu", timeout=120,
+                           python=("-c", STUCK))
+    answers: list = []
+    try:
+        sender = posting(server.url, TEXT, answers)
+        await_health(server.url, "decoding", 1)
+        stopped = time.monotonic()
+        server.process.send_signal(signal.SIGINT)
+        sender.join(30)
+        assert answers[0].status_code == 503 and answers[0].json() == STOPPING
+        assert server.wait(30) == 130
+        assert 2 <= time.monotonic() - stopped < 10
+        log = "".join(server.said)
+        assert "the model's call did not end in time: exiting without waiting for it" in log
+        assert "terminate called" not in log and "Traceback" not in log, log
+    finally:
+        server.stop()
 
 
 def on_cpu(path, *options: str, nofile: int | None = None) -> ServerProcess:

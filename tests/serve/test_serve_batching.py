@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -198,6 +199,7 @@ def test_closing_fails_the_running_and_the_waiting_requests_at_once():
         await asyncio.sleep(0.01)
         batcher.close()  # the model is still busy with "a": nobody waits for it
         answers = await asyncio.gather(running, waiting, return_exceptions=True)
+        gate.set()  # (a wait `stop` cannot end: its test is below)
         await batcher.stop()
         return answers
 
@@ -206,3 +208,63 @@ def test_closing_fails_the_running_and_the_waiting_requests_at_once():
     finally:
         gate.set()
     assert all(isinstance(a, ShuttingDown) for a in answers), answers
+
+
+def ended_by(ends: list[str], hold: threading.Event | None = None):
+    """A model whose call decodes for ever, in steps of Python (after waiting for `hold`, if
+    given: one operation its thread cannot leave); how the call ended goes to `ends`."""
+
+    def model(key, texts):
+        try:
+            if hold is not None:
+                hold.wait(10)
+            while True:
+                time.sleep(0.001)
+        except BaseException as e:
+            ends.append(type(e).__name__)
+            raise
+
+    return model
+
+
+def test_stopping_ends_the_running_call_at_its_next_step():
+    ends: list[str] = []
+
+    async def main():
+        batcher = Batcher(ended_by(ends), wait_ms=0)
+        batcher.start()
+        answer = await in_the_model(batcher, "k", ["a"])
+        start = time.monotonic()
+        await batcher.stop()
+        took = time.monotonic() - start
+        return await asyncio.gather(answer, return_exceptions=True), took, batcher.model_alive
+
+    (answer,), took, alive = asyncio.run(main())
+    assert isinstance(answer, ShuttingDown)
+    assert ends == ["Stopped"] and not alive and took < 1.0
+
+
+def test_a_call_held_past_the_grace_is_left_running_then_stopped():
+    """A call inside one long operation outlives `stop`'s grace (`model_alive` says so, for the
+    server to exit without waiting) and ends with Stopped as the operation returns."""
+    ends: list[str] = []
+    hold = threading.Event()
+
+    async def main():
+        batcher = Batcher(ended_by(ends, hold), wait_ms=0)
+        batcher.start()
+        await in_the_model(batcher, "k", ["a"])
+        start = time.monotonic()
+        await batcher.stop(grace_s=0.2)
+        took, alive = time.monotonic() - start, batcher.model_alive
+        hold.set()
+        while batcher.model_alive and time.monotonic() - start < 10:
+            await asyncio.sleep(0.01)
+        return took, alive, batcher.model_alive
+
+    try:
+        took, alive, alive_after = asyncio.run(main())
+    finally:
+        hold.set()
+    assert 0.2 <= took < 1.0 and alive
+    assert ends == ["Stopped"] and not alive_after

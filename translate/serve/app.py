@@ -11,7 +11,10 @@ Every request is checked before it queues: a `Host` header that does not name th
 refused with 421 (a web page the user has open cannot reach a local server through a DNS name
 of its own), a POST that is not `application/json` with 415, a body over `max_request_bytes`
 or work over `max_request_work` (source pieces x beam) with 413, a full queue with 429, a
-malformed request with 400. A request past `deadline_s`, or cut short by the server stopping,
+malformed request with 400: a body that is not JSON in UTF-8 (or holds NaN, a field twice,
+nesting past the recursion limit), a field unknown or of the wrong type or range, an integer of
+thousands of digits, a text that is empty, holds a line break or a lone surrogate
+(`translate.serve.reading`). A request past `deadline_s`, or cut short by the server stopping,
 is answered 503; a failed decoding 500, while the server goes on. Errors are JSON,
 `{"error": "..."}`. `/attention` takes at most `max_attention_pieces` source pieces: its answer
 grows with their square.
@@ -21,8 +24,6 @@ Shapes: H heads, S source pieces, T target pieces.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -42,6 +43,7 @@ from translate.api import Translator
 from translate.serve.attention_json import attention_json
 from translate.serve.batching import Batcher, DeadlineExceeded, QueueFull, ShuttingDown
 from translate.serve.connections import default_max_connections
+from translate.serve.reading import RequestError, read_int, read_json, read_text, read_texts
 from translate.utils import first_line
 
 log = logging.getLogger("translate.serve")
@@ -87,15 +89,9 @@ class ServeConfig:
                              f"({self.max_texts}), or a full request could never queue")
 
 
-class RequestError(Exception):
-    """A request the server refuses: its HTTP status and a message for the client."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
 def error_response(status: int, message: str, **headers: str) -> JSONResponse:
+    # a lone surrogate from the request, in any message, escaped: the answer is UTF-8
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     return JSONResponse({"error": message}, status_code=status, headers=headers or None)
 
 
@@ -302,73 +298,3 @@ def logged(handler: Callable[[Request], Awaitable[Response]]
 async def http_error(request: Request, exc: HTTPException) -> Response:
     """Starlette's own refusals (404, 405) as JSON too."""
     return error_response(exc.status_code, exc.detail)
-
-
-async def read_json(request: Request, limit: int, fields: tuple[str, ...],
-                    timeout: float = 10.0) -> dict[str, Any]:
-    """The body as a JSON object with only `fields`, read no further than `limit` bytes and
-    for no longer than `timeout` seconds."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise RequestError(413, f"the body has {declared} bytes, over the limit of {limit}")
-
-    async def read() -> bytearray:
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise RequestError(413, f"the body is over the limit of {limit} bytes")
-        return body
-
-    try:
-        body = await asyncio.wait_for(read(), timeout)
-    except asyncio.TimeoutError:
-        raise RequestError(408, f"the body did not arrive within {timeout:g} s") from None
-    try:
-        value = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RequestError(400, f"the body is not JSON: {e}") from None
-    if not isinstance(value, dict):
-        raise RequestError(400, f"the body must be a JSON object, not {json_type(value)}")
-    unknown = sorted(set(value) - set(fields))
-    if unknown:
-        raise RequestError(400, f"unknown field {unknown[0]!r}; valid: {', '.join(fields)}")
-    return value
-
-
-def read_texts(body: dict[str, Any], max_texts: int) -> list[str]:
-    """`texts` (a list of sentences) or `text` (one), checked."""
-    if ("texts" in body) == ("text" in body):
-        raise RequestError(400, "give 'texts' (a list of sentences) or 'text' (one sentence)")
-    if "text" in body:
-        return [read_text(body["text"], "text")]
-    texts = body["texts"]
-    if not isinstance(texts, list):
-        raise RequestError(400, f"'texts' must be a list of strings, not {json_type(texts)}")
-    if not 1 <= len(texts) <= max_texts:
-        raise RequestError(400, f"'texts' holds {len(texts)} sentences; give 1 to {max_texts}")
-    return [read_text(text, f"texts[{i}]") for i, text in enumerate(texts)]
-
-
-def read_text(text: Any, name: str) -> str:
-    if not isinstance(text, str):
-        raise RequestError(400, f"{name} must be a string, not {json_type(text)}")
-    if not text.strip():
-        raise RequestError(400, f"{name} is empty")
-    if any(c in text.strip() for c in "\r\n"):
-        raise RequestError(400, f"{name} holds a line break: give one sentence per item")
-    return text
-
-
-def read_int(body: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
-    value = body.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise RequestError(400, f"{name} must be an integer from {low} to {high}, got "
-                                f"{json.dumps(value)}")
-    return value
-
-
-def json_type(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-             int: "a number", float: "a number", type(None): "null"}
-    return names.get(type(value), type(value).__name__)

@@ -11,15 +11,18 @@ arrives while a big one is decoded waits for one part, not for the whole. A requ
 unanswered `deadline_s` after it arrived is failed (`DeadlineExceeded`) before its next part.
 
 The model runs in a single worker thread, so calls never overlap (attention recording hooks the
-model's modules) and the event loop keeps answering while it works. The thread is a daemon: a
-server that stops does not wait for a call nobody will read. `wait_ms` of 0 and `max_batch` of 1
-give one call a sentence.
+model's modules) and the event loop keeps answering while it works. A server that stops does not
+finish a call nobody will read: `stop` ends it at its next Python line (between two of torch's
+operations) and waits for the thread, as a thread still inside torch when the interpreter exits
+aborts the process (C++'s `terminate`). `wait_ms` of 0 and `max_batch` of 1 give one call a
+sentence.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
 import logging
 import math
 import queue
@@ -68,12 +71,24 @@ class _Part:
     end: int
 
 
+class Stopped(BaseException):
+    """Raised in the model's thread by `ModelThread.stop` to end its call; a BaseException, as
+    KeyboardInterrupt is, so that no `except Exception` in the call holds it."""
+
+
 class ModelThread(concurrent.futures.Executor):
-    """One daemon thread that runs the submitted calls in order."""
+    """One daemon thread that runs the submitted calls in order, until `stop`."""
 
     def __init__(self, name: str = "translate-model"):
         self._calls: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._loop, name=name, daemon=True).start()
+        self._lock = threading.Lock()  # `stop` sees whether a call runs, and the call sees `stop`
+        self._in_call = self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -83,15 +98,41 @@ class ModelThread(concurrent.futures.Executor):
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._calls.put(None)
 
+    def stop(self) -> None:
+        """Run no more calls, and end the one running with `Stopped` at its next Python line
+        (an operation inside torch runs to its end); the thread ends soon after (`alive`)."""
+        self._calls.put(None)
+        with self._lock:
+            self._stopping = True
+            if self._in_call:  # CPython's way to raise in another thread, at its next line
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident),
+                                                           ctypes.py_object(Stopped))
+
     def _loop(self) -> None:
         while (call := self._calls.get()) is not None:
-            future, fn, args, kwargs = call
-            if not future.set_running_or_notify_cancel():
-                continue
             try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as e:  # handed to the caller
-                future.set_exception(e)
+                self._run(*call)
+            except Stopped:  # it came as the call was ending
+                pass
+
+    def _run(self, future: concurrent.futures.Future, fn, args, kwargs) -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        with self._lock:
+            if self._stopping:
+                future.set_exception(Stopped())
+                return
+            self._in_call = True
+        try:
+            result, error = fn(*args, **kwargs), None
+        except BaseException as e:  # handed to the caller
+            result, error = None, e
+        with self._lock:
+            self._in_call = False
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
 
 
 class Batcher:
@@ -142,13 +183,24 @@ class Batcher:
         self.waiting.clear()
         self.cut.clear()
 
-    async def stop(self) -> None:
-        """`close`, and stop; a call already running is abandoned, not waited for."""
+    async def stop(self, grace_s: float = 2.0) -> None:
+        """`close`, and stop: a call already running is ended at its next step
+        (`ModelThread.stop`), and the model's thread waited for up to `grace_s` seconds
+        (`model_alive` says whether it ended)."""
         self.close()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        self._worker.shutdown(wait=False)
+        self._worker.stop()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        while self._worker.alive and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+
+    @property
+    def model_alive(self) -> bool:
+        """Whether the model's thread runs (after `stop`: in a call that did not end)."""
+        return self._worker.alive
 
     async def submit(self, key: Hashable, texts: list[str],
                      work: Optional[Sequence[int]] = None) -> list:

@@ -8,6 +8,7 @@ subprocess on such a port, for the tests, the load benchmark and the screenshot 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import signal
 import socket
@@ -17,7 +18,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NoReturn
 
 import uvicorn
 
@@ -72,16 +73,20 @@ def serve(path: str | Path, cfg: ServeConfig = ServeConfig(), host: str = "127.0
                                 http=guarded_protocol(cfg.head_timeout_s, cfg.max_connections))
         log.info("serving %s (%s, step %d, %s, %s) at %s", path, translator.arch,
                  translator.step, translator.device, translator.precision, url(sock))
+        server = Server(config)
         try:
-            Server(config).run(sockets=[sock])
+            server.run(sockets=[sock])
         finally:
             log.info("stopped serving %s", path)
+            if server.model_alive():  # a call that did not end within `Batcher.stop`'s grace
+                log.warning("the model's call did not end in time: exiting without waiting for it")
+                exit_at_once(130 if isinstance(sys.exc_info()[1], KeyboardInterrupt) else 1)
 
 
 class Server(uvicorn.Server):
     """uvicorn's server that, as it begins to stop, answers every request still waiting for
     the model (the running call's too) with a JSON 503, so none is cut off with a bare 500 and
-    none holds the exit; the call itself is abandoned (`Batcher.close`)."""
+    none holds the exit; the call itself is ended as the app stops (`Batcher.stop`)."""
 
     async def shutdown(self, sockets=None) -> None:
         batcher = getattr(self.config.app.state, "batcher", None)
@@ -89,23 +94,39 @@ class Server(uvicorn.Server):
             batcher.close()
         await super().shutdown(sockets)
 
+    def model_alive(self) -> bool:
+        """Whether the model's thread still runs: in a call that did not end in time."""
+        batcher = getattr(self.config.app.state, "batcher", None)
+        return batcher is not None and batcher.model_alive
+
+
+def exit_at_once(status: int) -> NoReturn:
+    """End the process now, its log flushed, without the interpreter's finalization: with the
+    model's thread still inside torch, finalization aborts (C++'s `terminate`)."""
+    logging.shutdown()  # (flushes every handler)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
 
 class ServerProcess:
     """`translate serve PATH --port 0 OPTIONS` in a subprocess, started at once: `url` once it
     listens, `said` its log lines so far (also copied to this process's stderr), `process`.
-    `nofile` limits its file descriptors (ulimit -n). `stop()` sends SIGINT, then kills."""
+    `nofile` limits its file descriptors (ulimit -n); `python` is how the interpreter starts
+    the command (`-c CODE` to change the server before it runs `translate.cli.main()`).
+    `stop()` sends SIGINT, then kills; `wait()` waits for an exit."""
 
     def __init__(self, path: str | Path, *options: str, timeout: float = 300,
-                 nofile: int | None = None):
-        self.command = [sys.executable, "-m", "translate", "serve", str(path), "--port", "0",
-                        *options]
+                 nofile: int | None = None, python: tuple[str, ...] = ("-m", "translate")):
+        self.command = [sys.executable, *python, "serve", str(path), "--port", "0", *options]
         self.said: list[str] = []
         self.process = subprocess.Popen(
             self.command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             encoding="utf-8", errors="replace",
             preexec_fn=None if nofile is None else lambda: _limit_descriptors(nofile))
         lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._forward, args=(lines,), daemon=True).start()
+        self._reader = threading.Thread(target=self._forward, args=(lines,), daemon=True)
+        self._reader.start()
         try:
             self.url = _await_url(lines, timeout, " ".join(self.command))
         except BaseException:
@@ -116,6 +137,12 @@ class ServerProcess:
         """The server's resident memory now, in MiB (Linux)."""
         with open(f"/proc/{self.process.pid}/status", encoding="ascii") as f:
             return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+    def wait(self, timeout: float) -> int:
+        """The exit status, once the process has exited and its log is read to the end."""
+        status = self.process.wait(timeout)
+        self._reader.join(timeout)
+        return status
 
     def stop(self) -> None:
         if self.process.poll() is None:
