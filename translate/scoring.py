@@ -43,6 +43,8 @@ def score(hypotheses: Sequence[str], references: Sequence[str], tgt_lang: str = 
 
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    if not hypotheses:
+        raise ValueError("no hypotheses and no references: a corpus score needs at least a line")
     hyps, refs = list(hypotheses), [list(references)]
     bleu, chrf = BLEU(), CHRF()
     b, c = bleu.corpus_score(hyps, refs), chrf.corpus_score(hyps, refs)
