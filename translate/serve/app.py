@@ -42,6 +42,7 @@ from translate.api import Translator
 from translate.serve.attention_json import attention_json
 from translate.serve.batching import Batcher, DeadlineExceeded, QueueFull, ShuttingDown
 from translate.serve.connections import default_max_connections
+from translate.tokenizer import unicode_error
 from translate.utils import first_line
 
 log = logging.getLogger("translate.serve")
@@ -357,6 +358,9 @@ def read_text(text: Any, name: str) -> str:
         raise RequestError(400, f"{name} is empty")
     if any(c in text.strip() for c in "\r\n"):
         raise RequestError(400, f"{name} holds a line break: give one sentence per item")
+    why = unicode_error(text)  # "\ud800" is valid JSON, but no text SentencePiece reads
+    if why:
+        raise RequestError(400, f"{name} {why}, which is not text")
     return text
 
 
