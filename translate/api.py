@@ -19,6 +19,7 @@ back in, and are refused.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable, Mapping, MappingView, Set
 from pathlib import Path
@@ -66,8 +67,11 @@ class Translator:
 
         device: cpu, cuda, cuda:1, mps (default: the best available). precision: auto (bf16
         where the CPU has AMX, on an AMD CPU with AVX512-BF16 and on a GPU with bf16; else
-        fp32), fp32, bf16, fp16 or int8.
+        fp32), fp32, bf16, fp16 or int8. A path that is not a str or Path is a TypeError; a
+        missing or damaged model a CheckpointError (a ValueError) naming the file.
         """
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or a Path, not {type(path).__name__}")
         dev = pick_device(None if device is None else str(device), precision, option="device=")
         return cls(load_checkpoint(path, dev), dev, precision, engine)
 

@@ -110,6 +110,10 @@ def test_score_takes_generators_and_tuples(translator):
 def test_a_missing_model_and_a_text_that_is_not_one_are_refused(translator, tmp_path):
     with pytest.raises(CheckpointError, match="checkpoint not found"):
         Translator.load(tmp_path / "nothing")
+    for path in (None, 5, [str(tmp_path)]):
+        with pytest.raises(TypeError, match=f"path must be a str or a Path, not "
+                                            f"{type(path).__name__}"):
+            Translator.load(path)
     with pytest.raises(TypeError, match="text is int, not str"):
         translator.attention(5)
     assert translator.translate([]) == []
