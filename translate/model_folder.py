@@ -108,7 +108,7 @@ def write_model_folder(data: dict, out: Path, dtype: str = "fp32", source: str =
     """
     from safetensors.torch import save_file
 
-    if dtype not in DTYPES:
+    if not isinstance(dtype, str) or dtype not in DTYPES:
         raise ModelFolderError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     check_finite(data["model"], "the checkpoint", "export one from before training diverged")
     out.mkdir(parents=True, exist_ok=True)

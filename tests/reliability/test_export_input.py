@@ -251,6 +251,22 @@ def test_a_checkpoint_with_nan_weights_or_past_fp16_is_not_exported(trained_run,
     assert not (tmp_path / "nan").exists()
 
 
+@pytest.mark.parametrize("options, says", [
+    ({"fmt": "onnx"}, "unknown format 'onnx'; valid: inference, ctranslate2, hf"),
+    ({"fmt": None}, "unknown format None"),
+    ({"dtype": ["bf16"]}, "--dtype takes fp32, bf16, fp16 with --format inference or hf"),
+    ({"dtype": "fp64"}, "--dtype takes fp32, bf16, fp16"),
+    ({"quantization": "int8"}, "--quantization takes int8, "),
+])
+def test_export_options_of_the_wrong_type_are_refused_by_name(trained_run, tmp_path, options,
+                                                              says):
+    from translate.export import ExportError, export
+
+    with pytest.raises(ExportError) as refused:
+        export(trained_run.run_dir, **{"fmt": "inference", "out": tmp_path / "out", **options})
+    assert says in str(refused.value) and not (tmp_path / "out").exists()
+
+
 def in_place_of(name: str, kind: str, tmp_path):
     def damage(folder):
         file = folder / name
