@@ -10,12 +10,20 @@
 default); `attention` returns every attention module's weights for one sentence (on its greedy
 translation or one given) with their roles and token labels; `score` is the BLEU/chrF the
 toolkit reports everywhere.
+
+An argument of the wrong type is a TypeError, a value out of range a ValueError; each message
+names the argument (`texts[3]`, `nbest`). Sentences come as a string or an ordered collection of
+strings (a list, a tuple, a generator): a set or a dict's keys have no order to give the outputs
+back in, and are refused.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+from collections.abc import Iterable, Mapping, MappingView, Set
 from pathlib import Path
-from typing import Iterable, Sequence, Union, overload
+from typing import Any, Sequence, Union, overload
 
 import torch
 
@@ -25,13 +33,22 @@ from translate.config import DecodeConfig, decode_options
 from translate.engine import resolve_engine
 from translate.inference import Translation, decode_sentences, decoding_model
 from translate.scoring import Scores, score
+from translate.tokenizer import unicode_error
 from translate.utils import pick_device
 
 Output = Union[str, Translation, list[str], list[Translation]]
 
 
 class Translator:
-    """A model ready to decode on one device, in one precision, with one engine."""
+    """A model ready to decode on one device, in one precision, with one engine.
+
+    One Translator may be shared between threads: the calls that run the model (`translate`,
+    `attention`) take turns on a lock, since they share its modules, its engine's caches (packed
+    weights) and, while `attention` records, hooks on every attention module. Each call returns
+    what it would alone; calls run one at a time (each uses PyTorch's threads), `score` in
+    parallel. Translators built from one `Loaded` share its model and not the lock: load one
+    per Translator.
+    """
 
     def __init__(self, loaded: Loaded, device: torch.device, precision: str = "auto",
                  engine: str = "auto"):
@@ -41,6 +58,7 @@ class Translator:
         self.device = device
         self.engine = resolve_engine(engine, device)
         self.model, self.precision = decoding_model(loaded.model, precision, device, self.engine)
+        self.lock = threading.Lock()  # the model's turn: see the class docstring
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device | None = None,
@@ -49,8 +67,11 @@ class Translator:
 
         device: cpu, cuda, cuda:1, mps (default: the best available). precision: auto (bf16
         where the CPU has AMX, on an AMD CPU with AVX512-BF16 and on a GPU with bf16; else
-        fp32), fp32, bf16, fp16 or int8.
+        fp32), fp32, bf16, fp16 or int8. A path that is not a str or Path is a TypeError; a
+        missing or damaged model a CheckpointError (a ValueError) naming the file.
         """
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or a Path, not {type(path).__name__}")
         dev = pick_device(None if device is None else str(device), precision, option="device=")
         return cls(load_checkpoint(path, dev), dev, precision, engine)
 
@@ -66,6 +87,9 @@ class Translator:
         if isinstance(nbest, bool) or not isinstance(nbest, int) or not 1 <= nbest <= beam:
             raise ValueError(f"nbest must be an integer from 1 to the beam size ({beam}), "
                              f"got {nbest!r}")
+        if lenpen is not None and (isinstance(lenpen, bool)
+                                   or not isinstance(lenpen, (int, float))):
+            raise ValueError(f"lenpen must be a number, got {lenpen!r}")
         return decode_options(self.recipe.decode, beam=beam, lenpen=lenpen,
                               max_tokens=max_tokens)
 
@@ -83,22 +107,22 @@ class Translator:
         Each output is the best translation's text; with nbest > 1 a list of the `nbest` best,
         best first; with return_scores, `Translation`s (text, score = log-probability over the
         length penalty, logprob, tokens) instead of strings. An empty input gives ''.
+
+        Raises TypeError for texts that are not a string or an ordered collection of strings,
+        or a return_scores that is not a bool; ValueError for a text holding a line break or a
+        lone surrogate, and for beam, nbest or lenpen out of range.
         """
         single = isinstance(texts, str)
-        if not single and (isinstance(texts, (bytes, bytearray, dict))
-                           or not isinstance(texts, Iterable)):
-            raise TypeError(f"texts must be a string or a list of strings, not "
-                            f"{type(texts).__name__}")
-        sentences = [texts] if single else list(texts)
-        for i, text in enumerate(sentences):
-            if not isinstance(text, str):
-                raise TypeError(f"texts[{i}] is {type(text).__name__}, not str")
-            if "\n" in text.strip():
-                raise ValueError(f"texts[{i}] holds a line break: give one sentence per item")
+        sentences = [sentence(texts, "texts")] if single else sentence_list(
+            texts, "texts", "a string or a list of strings")
+        if not isinstance(return_scores, bool):
+            raise TypeError(f"return_scores must be True or False, not "
+                            f"{type(return_scores).__name__}")
         cfg = self.decode_config(beam, nbest, lenpen)
-        found = decode_sentences(self.model, self.tokenizer, sentences, cfg, self.device,
-                                 self.precision, nbest=nbest, with_scores=return_scores,
-                                 engine=self.engine)
+        with self.lock:
+            found = decode_sentences(self.model, self.tokenizer, sentences, cfg, self.device,
+                                     self.precision, nbest=nbest, with_scores=return_scores,
+                                     engine=self.engine)
         outputs = []
         for hyps in found:
             hyps = hyps + [Translation("")] * (nbest - len(hyps))  # an empty input: one ''
@@ -113,21 +137,47 @@ class Translator:
         decoder. `weights[name]` is (heads, queries, keys); `roles[name]` its role (encoder
         self-attention, decoder self-attention, cross-attention, or the RNN's additive
         alignment) and layer; `src_pieces`, `tgt_in_pieces` and `out_pieces` label the axes.
+        A text or target that is not a string is a TypeError; one that is empty, holds a line
+        break or a lone surrogate, or is too long a ValueError.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"text is {type(text).__name__}, not str")
-        if target is not None and not isinstance(target, str):
-            raise TypeError(f"target is {type(target).__name__}, not str")
-        return attention_maps(self.model, self.tokenizer, text, self.recipe.decode, self.device,
-                              target)
+        text = sentence(text, "text")
+        target = None if target is None else sentence(target, "target")
+        with self.lock:
+            return attention_maps(self.model, self.tokenizer, text, self.recipe.decode,
+                                  self.device, target)
 
     def score(self, hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
-        """Detokenized cased sacreBLEU and chrF (and legacy lowercased BLEU) of the lines."""
-        hypotheses, references = list(hypotheses), list(references)
-        if len(hypotheses) != len(references):
-            raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+        """Detokenized cased sacreBLEU and chrF (and legacy lowercased BLEU) of the lines: two
+        lists of strings, one line each, as many of each and at least one (else a TypeError or
+        ValueError naming the argument)."""
+        hypotheses = sentence_list(hypotheses, "hypotheses", "a list of strings")
+        references = sentence_list(references, "references", "a list of strings")
         return score(hypotheses, references, self.recipe.data.tgt_lang)
 
     def __repr__(self) -> str:
         return (f"Translator({self.arch}, step {self.step}, {self.device}, {self.precision}, "
                 f"{self.engine.name} engine)")
+
+
+def sentence(text: Any, name: str) -> str:
+    """`text` if it is one line of Unicode text; else a TypeError or ValueError naming `name`."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name} is {type(text).__name__}, not str")
+    if any(c in text.strip() for c in "\r\n"):
+        raise ValueError(f"{name} holds a line break: give one sentence per item")
+    why = unicode_error(text)
+    if why:
+        raise ValueError(f"{name} {why}, which is not text: fix its decoding, or drop the "
+                         f"character")
+    return text
+
+
+def sentence_list(texts: Any, name: str, takes: str) -> list[str]:
+    """The sentences of an ordered collection (a list, a tuple, a generator), each checked by
+    `sentence`; a string, bytes, a mapping or an unordered collection is refused by `name`."""
+    unordered = isinstance(texts, (Set, MappingView))  # a set, a dict's keys, values, items
+    if (isinstance(texts, (str, bytes, bytearray, memoryview, Mapping)) or unordered
+            or not isinstance(texts, Iterable)):
+        why = " (unordered: output i answers input i, so give a list)" if unordered else ""
+        raise TypeError(f"{name} must be {takes}, not {type(texts).__name__}{why}")
+    return [sentence(text, f"{name}[{i}]") for i, text in enumerate(texts)]

@@ -74,9 +74,10 @@ def open_regular(path: str | Path, size: int | None = None, follow: bool = False
     try:
         fd = os.open(path, flags)
     except OSError as e:
-        if e.errno in (errno.ELOOP, errno.EMLINK) or (not follow and path.is_symlink()):
-            raise UnsafeFileError(e.errno, f"{path} is {describe(path)}, not a {what}: "
-                                           f"{'' if follow else 'links are not followed here; '}"
+        link = e.errno in (errno.ELOOP, errno.EMLINK) or (not follow and path.is_symlink())
+        if link or e.errno == errno.ENXIO:  # ENXIO: a socket, or a device without its driver
+            note = "links are not followed here; " if link and not follow else ""
+            raise UnsafeFileError(e.errno, f"{path} is {describe(path)}, not a {what}: {note}"
                                            f"put the {what} itself there") from None
         raise
     try:

@@ -9,9 +9,21 @@
                         settings
 
 No optimizer, no training state, no machine paths. A folder is checked as a checkpoint is when
-read: every file config.json names must be a plain file in the folder (no path out of it) with
-the SHA-256 recorded at export, so flipped bytes or swapped tensors are refused, and the
-weights' shapes are compared with the recipe's model before it is built (`load_checkpoint`).
+read, each refusal one line naming the file and field: config.json's every field must have its
+type and range (no unknown ones, nesting and size bounded); every file it names must be a plain
+name in the folder, opened only as a regular file (no link followed, no FIFO or device waited
+on: `translate.files.open_regular`), of a bounded size (the weights exactly the size their
+header declares), with the SHA-256 recorded at export, so flipped bytes or swapped tensors are
+refused; aliases must name stored tensors, weights must be finite, and their shapes are
+compared with the recipe's model before it is built (`load_checkpoint`).
+
+Format versions: 1 recorded no digests, 2 records them. Digests are checked whenever config.json
+holds them, and a config without them is read only if it has version 1's exact fields and its
+weights carry no later version's mark (model.safetensors records the version it was written
+by), so editing a current export down to version 1 turns no check off. (Format-2 folders
+exported before the mark lack it; exporting them again adds it.) Unknown versions and fields
+are refused.
+
 `read_model_folder` returns the same dict a .pt checkpoint holds, so `load_checkpoint` (and with
 it `decode`, `evaluate`, the API and the server) loads a folder as it loads a checkpoint.
 """
@@ -20,16 +32,30 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+from contextlib import contextmanager
+from itertools import accumulate
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
 import torch
 
+from translate.files import UnsafeFileError, describe, open_regular
 from translate.tokens import SPECIAL_IDS
 from translate.utils import first_line
 
 FORMAT, FORMAT_VERSION = "translate", 2  # 2: config.json holds each file's SHA-256
 CONFIG, WEIGHTS = "config.json", "model.safetensors"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# the fields of config.json every format version writes ("averaged" where it was averaged);
+# version 2 adds "sha256"
+FIELDS = {"format", "format_version", "step", "source", "dtype", "weights", "tokenizer", "recipe"}
+MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB
+MAX_SPM_BYTES = 1 << 28  # a SentencePiece model is a few MB
+MAX_HEADER_BYTES = 1 << 24  # a safetensors header is ~100 bytes per tensor
+MAX_DEPTH = 32  # config.json nests 4 levels
+MAX_STEP = 2**63 - 1
 
 
 class ModelFolderError(ValueError):
@@ -82,12 +108,16 @@ def write_model_folder(data: dict, out: Path, dtype: str = "fp32", source: str =
     """
     from safetensors.torch import save_file
 
-    if dtype not in DTYPES:
+    if not isinstance(dtype, str) or dtype not in DTYPES:
         raise ModelFolderError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    check_finite(data["model"], "the checkpoint", "export one from before training diverged")
     out.mkdir(parents=True, exist_ok=True)
     tensors, aliases = unique_tensors(data["model"])
     tensors = {k: v.to(DTYPES[dtype]) if v.is_floating_point() else v for k, v in tensors.items()}
-    save_file(tensors, out / WEIGHTS, metadata={"format": "pt", "aliases": json.dumps(aliases)})
+    check_finite(tensors, f"--dtype {dtype}", "it is past fp16's range (65,504): export in bf16 "
+                                              "or fp32")
+    save_file(tensors, out / WEIGHTS, metadata={"format": "pt", "aliases": json.dumps(aliases),
+                                                "translate_format_version": str(FORMAT_VERSION)})
     recipe = slim_recipe(data["recipe"])
     src, tgt = (data["tokenizer"][side].numpy().tobytes() for side in ("src", "tgt"))
     if src == tgt:
@@ -112,58 +142,136 @@ def write_model_folder(data: dict, out: Path, dtype: str = "fp32", source: str =
 def read_model_folder(path: Path) -> dict:
     """The checkpoint dict of an exported folder: model, recipe, tokenizer bytes and step."""
     config = _read_config(path)
-    names = config["tokenizer"] if isinstance(config.get("tokenizer"), dict) else {}
-    needed = [config.get("weights", WEIGHTS), names.get("src", "spm.model"),
-              names.get("tgt", "spm.model")]
-    for name in needed:
-        _check_inside(path, name)
-    missing = sorted({name for name in needed if not (path / name).is_file()})
+    names = [config["weights"], config["tokenizer"]["src"], config["tokenizer"]["tgt"]]
+    missing = sorted({name for name in names if describe(path / name) == "missing"})
     if missing:
         raise ModelFolderError(f"{path}: incomplete exported model folder: missing "
                                f"{', '.join(missing)}")
-    _check_digests(path, config, needed)
-    from safetensors import safe_open
-
-    weights = path / needed[0]
-    try:
-        with safe_open(str(weights), framework="pt") as f:
-            state = {name: f.get_tensor(name) for name in f.keys()}
-            aliases = json.loads((f.metadata() or {}).get("aliases", "{}"))
-    except Exception as e:  # safetensors raises its own error types
-        raise ModelFolderError(f"{weights}: not readable safetensors weights "
-                               f"({type(e).__name__}: {first_line(e)})") from None
-    for alias, name in aliases.items():
-        state[alias] = state[name]
-    spm = {side: torch.frombuffer(bytearray((path / needed[i]).read_bytes()), dtype=torch.uint8)
-           for i, side in ((1, "src"), (2, "tgt"))}
+    digests = config.get("sha256")  # checked present and complete by format (_check_config)
+    weights = path / names[0]
+    with _open(weights, "weights file") as f:
+        if digests is None:  # else the digest says more than a size: checked first
+            _check_declared_size(weights, f)
+        raw = _contents(f, weights, digests)
+    state, metadata = _parse_weights(weights, raw)
+    del raw
+    written = metadata.get("translate_format_version", str(config["format_version"]))
+    if written != str(config["format_version"]):
+        raise ModelFolderError(f"{path / CONFIG}: format_version {config['format_version']}, "
+                               f"but {weights.name} was written by format {written[:20]}: "
+                               f"config.json was edited; export the model again")
+    _add_aliases(weights, state, metadata)
+    check_finite(state, str(weights), "the file is damaged, or training diverged before the "
+                                      "checkpoint it was exported from: export a good one")
+    spm = {}
+    for side, name in (("src", names[1]), ("tgt", names[2])):
+        with _open(path / name, "SentencePiece model") as f:
+            _check_at_most(path / name, f, MAX_SPM_BYTES, "SentencePiece model")
+            spm[side] = torch.frombuffer(bytearray(_contents(f, path / name, digests)),
+                                         dtype=torch.uint8)
     return {"format_version": 1, "model": state, "recipe": config["recipe"],
-            "tokenizer": {**spm, "special_ids": names.get("special_ids", SPECIAL_IDS)},
-            "step": int(config.get("step", 0)), "exported": config}
+            "tokenizer": {**spm, "special_ids": config["tokenizer"]["special_ids"]},
+            "step": config["step"], "exported": config}
 
 
-def _check_inside(path: Path, name) -> None:
+def check_finite(state: dict[str, torch.Tensor], where: str, advice: str) -> None:
+    """Every floating-point weight finite; else a ModelFolderError naming the first that is not."""
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise ModelFolderError(f"{where}: its weight {name} holds NaN or infinite values; "
+                                   f"{advice}")
+
+
+@contextmanager
+def _open(file: Path, what: str) -> Iterator[BinaryIO]:
+    """`file` opened by `open_regular` (no link followed, no FIFO waited on)."""
+    try:
+        f = open_regular(file, what=what)
+    except UnsafeFileError as e:
+        raise ModelFolderError(str(e)) from None
+    with f:
+        yield f
+
+
+def _check_at_most(file: Path, f: BinaryIO, limit: int, what: str) -> None:
+    size = os.fstat(f.fileno()).st_size
+    if size > limit:
+        raise ModelFolderError(f"{file}: {size:,} bytes, over the limit of {limit:,} for a "
+                               f"{what}; is it the file export wrote?")
+
+
+def _contents(f: BinaryIO, file: Path, digests: dict | None) -> bytes:
+    """The file's bytes, once its SHA-256 is the one recorded at export (format 2 and later)."""
+    if digests is not None:
+        if hashlib.file_digest(f, "sha256").hexdigest() != digests[file.name]:
+            raise ModelFolderError(f"{file}: its SHA-256 is not the one recorded at export; the "
+                                   f"file was changed or damaged: export it again")
+        f.seek(0)
+    return f.read()
+
+
+def _check_declared_size(file: Path, f: BinaryIO) -> None:
+    """A safetensors file is its 8-byte header length, its JSON header and the tensors' bytes
+    the header places: the file must be exactly that long (a cut-short copy is not)."""
+    size = os.fstat(f.fileno()).st_size
+    length = int.from_bytes(f.read(8), "little")
+    if size < 8 or length > min(size - 8, MAX_HEADER_BYTES):
+        raise ModelFolderError(f"{file}: not safetensors weights (its header length, {length:,} "
+                               f"bytes, does not fit its {size:,} bytes); export it again")
+    header = _json(f.read(length), f"{file} (header)")
+    if not isinstance(header, dict):
+        raise ModelFolderError(f"{file}: its header is not a JSON object; export it again")
+    ends = [_end(entry) for name, entry in header.items() if name != "__metadata__"]
+    declared = 8 + length + max(ends, default=0)
+    if size != declared:
+        raise ModelFolderError(f"{file}: {size:,} bytes, not the {declared:,} its header "
+                               f"declares (was its copy cut short?); export it again")
+    f.seek(0)
+
+
+def _end(entry) -> int:
+    """Where a safetensors header entry says its tensor's bytes end (0 if it says nothing)."""
+    offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+    valid = isinstance(offsets, list) and len(offsets) == 2 and type(offsets[1]) is int
+    return offsets[1] if valid else 0
+
+
+def _parse_weights(file: Path, raw: bytes) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors of safetensors bytes and their header's metadata."""
+    from safetensors.torch import load
+
+    try:
+        state = load(raw)
+    except Exception as e:  # safetensors raises its own error types
+        raise ModelFolderError(f"{file}: not readable safetensors weights "
+                               f"({type(e).__name__}: {first_line(e)})") from None
+    length = int.from_bytes(raw[:8], "little")
+    metadata = _json(raw[8:8 + length], f"{file} (header)").get("__metadata__", {})
+    if not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
+        raise ModelFolderError(f"{file}: its metadata is not a mapping of text; export it again")
+    return state, metadata
+
+
+def _add_aliases(file: Path, state: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """Each tied tensor's other names (the metadata's "aliases": name -> the stored name)."""
+    aliases = _json(metadata.get("aliases", "{}"), f"{file} (metadata \"aliases\")")
+    if not (isinstance(aliases, dict) and all(isinstance(v, str) for v in aliases.values())):
+        raise ModelFolderError(f"{file}: its metadata \"aliases\" is not a mapping of tensor "
+                               f"names; export it again")
+    for alias, name in aliases.items():
+        if alias in state or name not in state:
+            why = ("is a stored tensor too" if alias in state
+                   else f"names {name[:80]!r}, which the file does not store")
+            raise ModelFolderError(f"{file}: the alias {alias[:80]!r} {why}; export it again")
+    state.update({alias: state[name] for alias, name in aliases.items()})
+
+
+def _check_inside(file: Path, field: str, name) -> None:
     """A file config.json names must be a plain name of a file in the folder itself."""
     if (not isinstance(name, str) or not name or name in (".", "..") or Path(name).name != name
-            or "\\" in name):
-        raise ModelFolderError(f"{path / CONFIG}: names the file {name!r}; an exported folder's "
-                               f"files are plain names inside it")
-    file = path / name
-    if file.is_symlink() and file.resolve().parent != path.resolve():
-        raise ModelFolderError(f"{file} links out of the folder (to {file.resolve()}); an "
-                               f"exported folder holds its own files")
-
-
-def _check_digests(path: Path, config: dict, names: list[str]) -> None:
-    """Each file's SHA-256 must be the one recorded at export (format 2 and later)."""
-    digests = config.get("sha256")
-    if int(config.get("format_version", 1)) < 2 and digests is None:
-        return  # exported before digests were recorded
-    if not isinstance(digests, dict):
-        raise ModelFolderError(f"{path / CONFIG}: no SHA-256 of its files (\"sha256\")")
-    for name in sorted(set(names)):
-        if digests.get(name) != _sha256(path / name):
-            raise ModelFolderError(f"{path / name}: its SHA-256 is not the one recorded at "
-                                   f"export; the file was changed or damaged: export it again")
+            or "\\" in name or "\0" in name):
+        raise ModelFolderError(f"{file}: {field} names the file {name!r}; an exported "
+                               f"folder's files are plain names inside it")
 
 
 def _sha256(file: Path) -> str:
@@ -172,26 +280,129 @@ def _sha256(file: Path) -> str:
 
 
 def _read_config(path: Path) -> dict:
-    """config.json, checked to be ours; other models' folders are named for what they are."""
+    """config.json, checked to be ours and whole; other models' folders are named for what
+    they are."""
     file = path / CONFIG
-    if not file.is_file():
+    if describe(file) == "missing":
         raise ModelFolderError(f"{path}: incomplete exported model folder: missing {CONFIG}")
-    try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelFolderError(f"{file}: not valid JSON ({e})") from None
+    with _open(file, "model config") as f:
+        _check_at_most(file, f, MAX_CONFIG_BYTES, "config.json")
+        config = _json(f.read(), str(file))
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         if (path / "model.bin").exists():
             kind = "a CTranslate2 model: load it with ctranslate2.Translator"
         elif isinstance(config, dict) and "model_type" in config:
-            kind = (f"a Hugging Face {config['model_type']} model: load it with transformers' "
-                    f"AutoTokenizer and AutoModelForSeq2SeqLM")
+            kind = (f"a Hugging Face {str(config['model_type'])[:80]} model: load it with "
+                    f"transformers' AutoTokenizer and AutoModelForSeq2SeqLM")
         else:
             kind = "not a translate model folder (its config.json has no \"format\": \"translate\")"
         raise ModelFolderError(f"{path} holds {kind}")
-    if not isinstance(config.get("recipe"), dict):
-        raise ModelFolderError(f"{file}: no recipe")
-    if int(config.get("format_version", 0)) > FORMAT_VERSION:
-        raise ModelFolderError(f"{file}: format version {config['format_version']} is newer "
-                               f"than this translate reads ({FORMAT_VERSION}); upgrade translate")
+    _check_config(file, config)
     return config
+
+
+def _check_config(file: Path, config: dict) -> None:
+    """Every field of config.json, of its type and in its range, as its format version wrote
+    them: version 1 without digests, version 2 with a digest for each file.
+
+    A downgrade turns no check off: digests are checked whenever "sha256" is present, and a
+    config without them is read only as version 1's exact layout (its fields, no others),
+    whose weights file carries no later format's mark (`write_model_folder` records the version
+    in model.safetensors too). So a current export whose digests are deleted and version set
+    to 1 is refused.
+    """
+    version = config.get("format_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ModelFolderError(f"{file}: format_version must be a whole number from 1 to "
+                               f"{FORMAT_VERSION}, got {_short(version)}; export the model again")
+    if version > FORMAT_VERSION:
+        raise ModelFolderError(f"{file}: format version {_short(version)} is newer than this "
+                               f"translate reads ({FORMAT_VERSION}); upgrade translate")
+    fields = FIELDS | {"sha256"} if version >= 2 else FIELDS
+    wrong = sorted(set(config) - fields - {"averaged"}) or sorted(fields - set(config))
+    if wrong == ["sha256"]:
+        raise ModelFolderError(f"{file}: " + (
+            f"no SHA-256 of its files (\"sha256\"), which format_version {version} records"
+            if version >= 2 else "holds \"sha256\", which format_version 1 did not record: was "
+            "its version edited?") + "; export the model again")
+    if wrong:
+        what = "unknown" if wrong[0] in config else "missing"
+        raise ModelFolderError(f"{file}: {what} field {wrong[0][:80]!r} for format_version "
+                               f"{version}; export the model again")
+    step = config["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+        raise ModelFolderError(f"{file}: step must be a whole number from 0 to {MAX_STEP}, got "
+                               f"{_short(step)}")
+    if not (isinstance(config["dtype"], str) and config["dtype"] in DTYPES):
+        raise ModelFolderError(f"{file}: dtype is {_short(config['dtype'])}, not "
+                               f"{' or '.join(DTYPES)}")
+    if not isinstance(config["source"], str):
+        raise ModelFolderError(f"{file}: source is {_short(config['source'])}, not text")
+    averaged = config.get("averaged", [])
+    if not (isinstance(averaged, list) and all(isinstance(name, str) for name in averaged)):
+        raise ModelFolderError(f"{file}: averaged is {_short(averaged)}, not a list of "
+                               f"checkpoint names")
+    if not isinstance(config["recipe"], dict):
+        raise ModelFolderError(f"{file}: recipe is {_short(config['recipe'])}, not a mapping of "
+                               f"sections")
+    tokenizer = config["tokenizer"]
+    if not (isinstance(tokenizer, dict) and set(tokenizer) == {"src", "tgt", "special_ids"}):
+        raise ModelFolderError(f"{file}: tokenizer must map src, tgt and special_ids, got "
+                               f"{_short(tokenizer)}")
+    if tokenizer["special_ids"] != SPECIAL_IDS:
+        raise ModelFolderError(f"{file}: tokenizer.special_ids is "
+                               f"{_short(tokenizer['special_ids'])}, not {SPECIAL_IDS}")
+    names = {"weights": config["weights"], "tokenizer.src": tokenizer["src"],
+             "tokenizer.tgt": tokenizer["tgt"]}
+    for field, name in names.items():
+        _check_inside(file, field, name)
+    if version >= 2:
+        _check_digests(file, config["sha256"], set(names.values()))
+
+
+def _check_digests(file: Path, digests, names: set[str]) -> None:
+    """"sha256" maps each file the folder holds, and only those, to a SHA-256 in hex."""
+    if not isinstance(digests, dict):
+        raise ModelFolderError(f"{file}: no SHA-256 of its files (\"sha256\" is "
+                               f"{_short(digests)}, not a mapping of file names)")
+    wrong = sorted(names ^ set(digests))
+    if wrong:
+        raise ModelFolderError(f"{file}: sha256 {'lacks' if wrong[0] in names else 'names'} "
+                               f"{wrong[0][:80]!r}: its keys must be the folder's files "
+                               f"({', '.join(sorted(names))}); export the model again")
+    for name, digest in digests.items():
+        if not (isinstance(digest, str) and len(digest) == 64
+                and all(c in "0123456789abcdef" for c in digest)):
+            raise ModelFolderError(f"{file}: sha256.{name} is {_short(digest)}, not a SHA-256 "
+                                   f"in hex; export the model again")
+
+
+def _json(text: bytes | str, where: str):
+    """Parsed JSON whose reading takes bounded work: nesting past MAX_DEPTH levels is refused
+    before parsing, and so are a key given twice and a number of thousands of digits."""
+    try:
+        text = text.decode("utf-8") if isinstance(text, bytes) else text
+    except UnicodeDecodeError as e:
+        raise ModelFolderError(f"{where}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    brackets = re.sub(r'"(?:[^"\\]|\\.)*"|[^][{}]', "", text)  # strings out, then all else
+    if max(accumulate(1 if c in "[{" else -1 for c in brackets), default=0) > MAX_DEPTH:
+        raise ModelFolderError(f"{where}: nested deeper than {MAX_DEPTH} levels; is it the file "
+                               f"export wrote?")
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except ValueError as e:  # JSONDecodeError, a key twice, an integer of 4,300+ digits
+        raise ModelFolderError(f"{where}: not valid JSON ({first_line(e)[:200]})") from None
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        twice = next(key for key in keys if keys.count(key) > 1)
+        raise ValueError(f"the key {twice[:80]!r} is given twice")
+    return dict(pairs)
+
+
+def _short(value) -> str:
+    """`value` for a message: its repr, cut at 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."

@@ -19,6 +19,30 @@ from translate.config import TokenizerConfig
 from translate.tokens import BOS, EOS, PAD, SPECIAL_IDS, UNK  # noqa: F401 (re-exported)
 
 
+def unicode_error(text: str) -> str | None:
+    """What keeps `text` from being UTF-8 ("holds a lone surrogate (U+D800) at character 3"),
+    or None: a surrogate left by bytes decoded with errors="surrogateescape", or a JSON escape."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"holds a lone surrogate (U+{ord(text[e.start]):04X}) at character {e.start}"
+    return None
+
+
+def encode(model: spm.SentencePieceProcessor, texts: Iterable[str]) -> list[list[int]]:
+    """`model.encode(texts)`; a text that is not UTF-8 is a ValueError naming it, not
+    SentencePiece's TypeError."""
+    texts = list(texts)
+    try:
+        return model.encode(texts)
+    except TypeError:
+        bad = next(((i, why) for i, text in enumerate(texts) if isinstance(text, str)
+                    and (why := unicode_error(text))), None)
+        if bad is None:
+            raise
+        raise ValueError(f"sentence {bad[0] + 1} {bad[1]}, which is not text: fix its "
+                         f"decoding, or drop the character") from None
+
 
 def train_sentencepiece(sentences: Sequence[str], cfg: TokenizerConfig, seed: int = 1) -> bytes:
     """Train one SentencePiece model on `sentences` and return the serialized `.model` bytes."""
@@ -92,11 +116,11 @@ class Tokenizer:
 
     def encode_src(self, texts: Iterable[str]) -> list[list[int]]:
         """Source pieces + EOS."""
-        return [ids + [EOS] for ids in self.src.encode(list(texts))]
+        return [ids + [EOS] for ids in encode(self.src, texts)]
 
     def encode_tgt(self, texts: Iterable[str]) -> list[list[int]]:
         """Target pieces + EOS (the decoder input prepends BOS)."""
-        return [ids + [EOS] for ids in self.tgt.encode(list(texts))]
+        return [ids + [EOS] for ids in encode(self.tgt, texts)]
 
     def decode_tgt(self, ids: Sequence[Sequence[int]]) -> list[str]:
         return self.tgt.decode([[i for i in seq if i > EOS] for seq in ids])

@@ -198,6 +198,9 @@ def test_the_page_and_its_files_are_served(client):
     ("/translate", {"texts": ["a", "  "]}, "texts[1] is empty"),
     ("/translate", {"texts": ["one\ntwo"]}, "texts[0] holds a line break"),
     ("/translate", {"text": "one\r\ntwo"}, "text holds a line break"),
+    ("/translate", b'{"texts": ["a", "a \\ud800 dog"]}', "texts[1] holds a lone surrogate "
+                                                         "(U+D800) at character 2"),
+    ("/attention", b'{"text": "\\udfff"}', "text holds a lone surrogate (U+DFFF)"),
     ("/translate", {"text": "a", "beam": 0}, "beam must be an integer from 1 to 6, got 0"),
     ("/translate", {"text": "a", "beam": 7}, "beam must be an integer from 1 to 6, got 7"),
     ("/translate", {"text": "a", "beam": 2.5}, "beam must be an integer"),

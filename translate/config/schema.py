@@ -145,7 +145,9 @@ class TrainConfig:
 @dataclass(frozen=True)
 class DecodeConfig:
     beam: int = field(default=5, metadata={"min": 1, "max": 1024})  # 1: greedy
-    lenpen: float = 0.6  # GNMT length penalty alpha for beam search; 0: rank by log-probability
+    # GNMT length penalty alpha for beam search; 0: rank by log-probability (past 10 the
+    # penalty ((5 + length) / 6) ** alpha overflows a float for long outputs)
+    lenpen: float = field(default=0.6, metadata={"max": 10.0})
     early_exit: bool = True  # beam search: stop once no live hypothesis ended now would win
     # output limit a * source length + b
     max_len_a: float = field(default=1.5, metadata={"max": 100.0})

@@ -111,7 +111,8 @@ def _check_options(fmt: str, out: Path, dtype: str | None, quantization: str | N
 
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
-    if dtype is not None and (fmt == "ctranslate2" or dtype not in DTYPES):
+    if dtype is not None and (fmt == "ctranslate2" or not isinstance(dtype, str)
+                              or dtype not in DTYPES):
         raise ExportError(f"--dtype takes {', '.join(DTYPES)} with --format inference or hf; "
                           f"ctranslate2 takes --quantization")
     if quantization is not None and (fmt != "ctranslate2" or quantization not in QUANTIZATIONS):
