@@ -21,6 +21,8 @@ from typing import Any
 
 from starlette.requests import Request
 
+from translate.tokenizer import unicode_error
+
 MAX_DIGITS = 20  # an integer literal longer than this is no field's value (int64 has 19 digits)
 
 
@@ -127,12 +129,10 @@ def read_text(text: Any, name: str) -> str:
     """The field `name`: one sentence of whole characters."""
     if not isinstance(text, str):
         raise RequestError(400, f"{name} must be a string, not {json_type(text)}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:  # a lone surrogate: half of a character beyond U+FFFF
-        raise RequestError(400, f"{name} holds a lone surrogate ({ascii(text[e.start])[1:-1]} "
-                                f"at character {e.start}): send each character beyond U+FFFF "
-                                f"whole, in UTF-8 or as a surrogate pair") from None
+    why = unicode_error(text)  # a lone surrogate: half of a character beyond U+FFFF
+    if why:
+        raise RequestError(400, f"{name} {why}: send each character beyond U+FFFF whole, in "
+                                f"UTF-8 or as a surrogate pair")
     if not text.strip():
         raise RequestError(400, f"{name} is empty")
     if any(c in text.strip() for c in "\r\n"):
