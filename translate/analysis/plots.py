@@ -115,14 +115,13 @@ def save_figure(fig, output: str | Path) -> Path:
     """Write `fig` to `output` (its format from the suffix; PNG without one) whole or not at
     all; a FIFO or a device is written into, and an existing file is replaced only if it is an
     image (never a checkpoint, a log or a text of the user's)."""
-    output = Path(output)
-    check_figure_output(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
+    output, buffer = Path(output), io.BytesIO()
     try:
+        check_figure_output(output)
         fig.savefig(buffer, format=output.suffix[1:].lower() or "png")
     finally:
         pyplot().close(fig)
+    output.parent.mkdir(parents=True, exist_ok=True)
     if output_kind(output) is not None:  # a FIFO or a device: never replaced
         with open(output, "wb") as f:
             f.write(buffer.getbuffer())
