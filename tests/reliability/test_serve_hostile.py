@@ -361,3 +361,20 @@ def test_a_head_or_body_that_never_comes_is_dropped_in_time(trained_run):
         assert httpx.get(url + "health", timeout=5).status_code == 200
     finally:
         server.stop()
+
+
+IGNORING_SIGINT = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                   "from translate.cli import main; main()")
+
+
+def test_sigint_stops_a_server_started_with_sigint_ignored(trained_run):
+    """A shell starts a background job (`translate serve ... &`) with SIGINT ignored: uvicorn
+    still catches a SIGINT sent to it, and the process exits 130 as after Ctrl-C, not 0."""
+    server = ServerProcess(trained_run.run_dir, "--device", "cpu", timeout=120,
+                           python=("-c", IGNORING_SIGINT))
+    try:
+        server.process.send_signal(signal.SIGINT)
+        assert server.wait(30) == 130
+        assert not any("terminate called" in line for line in server.said)
+    finally:
+        server.stop()

@@ -76,17 +76,31 @@ def serve(path: str | Path, cfg: ServeConfig = ServeConfig(), host: str = "127.0
         server = Server(config)
         try:
             server.run(sockets=[sock])
+            if signal.SIGINT in server.stop_signals:  # re-raised by uvicorn, unless ignored
+                raise KeyboardInterrupt  # where SIGINT was ignored (a background job)
         finally:
             log.info("stopped serving %s", path)
             if server.model_alive():  # a call that did not end within `Batcher.stop`'s grace
                 log.warning("the model's call did not end in time: exiting without waiting for it")
-                exit_at_once(130 if isinstance(sys.exc_info()[1], KeyboardInterrupt) else 1)
+                interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt) or \
+                    signal.SIGINT in server.stop_signals
+                exit_at_once(130 if interrupted else 1)
 
 
 class Server(uvicorn.Server):
     """uvicorn's server that, as it begins to stop, answers every request still waiting for
     the model (the running call's too) with a JSON 503, so none is cut off with a bare 500 and
     none holds the exit; the call itself is ended as the app stops (`Batcher.stop`)."""
+
+    def __init__(self, config: uvicorn.Config):
+        super().__init__(config)
+        self.stop_signals: list[int] = []  # the signals that stopped it, first first
+
+    def handle_exit(self, sig: int, frame) -> None:
+        """Note the signal: a SIGINT that a background job's shell set to be ignored is not
+        raised again after the shutdown, yet the server still exits as after Ctrl-C."""
+        self.stop_signals.append(sig)
+        super().handle_exit(sig, frame)
 
     async def shutdown(self, sockets=None) -> None:
         batcher = getattr(self.config.app.state, "batcher", None)
