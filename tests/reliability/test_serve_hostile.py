@@ -373,6 +373,7 @@ def test_sigint_stops_a_server_started_with_sigint_ignored(trained_run):
     server = ServerProcess(trained_run.run_dir, "--device", "cpu", timeout=120,
                            python=("-c", IGNORING_SIGINT))
     try:
+        await_health(server.url, "queue", 0)  # serving: uvicorn's handlers are in place
         server.process.send_signal(signal.SIGINT)
         assert server.wait(30) == 130
         assert not any("terminate called" in line for line in server.said)
