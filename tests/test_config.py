@@ -1,6 +1,6 @@
 import pytest
 
-from translate.config import ConfigError, load_recipe
+from translate.config import ConfigError, load_recipe, resume_overrides
 
 
 def test_recipe_loads_with_tokenizer_spec(recipe_path):
@@ -37,10 +37,32 @@ def test_unknown_key_in_file_names_the_file(tmp_path):
     ("lr=3", "must be section.key"),
     ("model.arch=lstm", "model.arch 'lstm' is unknown"),
     ("optim.lr=3", "unknown section"),
+    ("train.optimizer=sgd", "train.optimizer: 'sgd' is not one of adamw, muon"),
+    ("train.muon_lr=0", "train.muon_lr: must be above 0"),
+    ("train.muon_momentum=1", r"train.muon_momentum: must be in \[0, 1\)"),
+    ("train.muon_weight_decay=-0.1", "train.muon_weight_decay: must not be negative"),
+    ("train.muon_adjust_lr=moonshot", "not one of original, match_rms_adamw"),
 ])
 def test_bad_overrides_are_clear_errors(recipe_path, override, message):
     with pytest.raises(ConfigError, match=message):
         load_recipe(recipe_path, [override])
+
+
+@pytest.mark.parametrize("key, value", [("optimizer", "muon"), ("muon_lr", "0.01"),
+                                        ("muon_adjust_lr", "match_rms_adamw"),
+                                        ("lr_schedule", "wsd"), ("decay_fraction", "0.5")])
+def test_a_resumed_run_keeps_its_optimizer_and_schedule(recipe_path, key, value):
+    saved = load_recipe(recipe_path).to_dict()
+    with pytest.raises(ConfigError, match=f"--set 'train.{key}': a resumed run keeps its recipe"):
+        resume_overrides(saved, [f"train.{key}={value}"])
+
+
+def test_muon_needs_a_torch_that_has_it(recipe_path, monkeypatch):
+    monkeypatch.delattr("torch.optim.Muon")
+    with pytest.raises(ConfigError, match=r"train.optimizer: muon needs torch.optim.Muon, which "
+                                          r"torch .* lacks; upgrade torch \(2.9 or later\)"):
+        load_recipe(recipe_path, ["train.optimizer=muon"])
+    assert load_recipe(recipe_path).train.optimizer == "adamw"
 
 
 def test_missing_and_invalid_recipe_files(tmp_path):

@@ -2,6 +2,7 @@
 
 import json
 import logging
+import math
 import re
 import shutil
 from dataclasses import replace
@@ -114,6 +115,46 @@ def test_resumed_run_equals_uninterrupted_run(straight, crashed):
     assert ours["trainer"]["elapsed"] > data["trainer"]["elapsed"]  # the clock went on
     assert not list(crashed.glob(".*.tmp*"))
     assert sorted(p.name for p in crashed.glob("step_*.pt")) == ["step_30.pt", "step_40.pt"]
+
+
+# Muon for the hidden matrices and a wsd schedule that holds its peak from the end of warm-up
+# (step 4) to the halfway point, then decays to 0 at step MUON_STEPS: a run resumed halfway must
+# restore both optimizers' states and the schedule's.
+MUON_STEPS = 20
+MUON_OVERRIDES = ["train.optimizer=muon", "train.lr_schedule=wsd", "train.decay_fraction=0.5",
+                  "train.warmup=4", "train.step_checkpoints=full"]
+
+
+def test_a_resumed_muon_run_equals_the_uninterrupted_one(recipe_path, data, tmp_path):
+    straight = run_tiny(recipe_path, data, MUON_STEPS, tmp_path / "straight",
+                        *MUON_OVERRIDES).run_dir
+    # The same run as a crash after step 10's validation leaves it (its budget the same, so
+    # the schedule is too): what was written after that checkpoint is lost.
+    crashed = shutil.copytree(straight, tmp_path / "crashed")
+    for name in ("last.pt", f"step_{MUON_STEPS}.pt"):
+        (crashed / name).unlink()
+    shutil.copy(crashed / f"step_{MUON_STEPS // 2}.pt", crashed / "best.pt")  # the first is best
+    assert newest_checkpoint(crashed)[1]["step"] == MUON_STEPS // 2
+    resume_tiny(crashed, MUON_STEPS)
+    assert curve(crashed) == curve(straight)  # exact: same batches, dropout masks, updates
+    peak = 3e-3  # each record's rate: the one its step used, set from the budget before it
+    assert [lr for *_, lr in curve(straight)] == pytest.approx(
+        [peak, peak, peak * (1 - math.sqrt(0.4)), peak * (1 - math.sqrt(0.9))])
+    last = f"step_{MUON_STEPS}.pt"  # the training state at the end (step_checkpoints=full)
+    ours, theirs = read_checkpoint(crashed / last), read_checkpoint(straight / last)
+    assert ours["step"] == theirs["step"] == MUON_STEPS
+    for key in ("model", "train_model"):  # EMA and raw weights, bit for bit
+        assert all(torch.equal(ours[key][k], theirs[key][k]) for k in theirs[key])
+    for key in ("optimizer", "muon"):  # Adam's moments and step counts, Muon's momentum
+        state, their_state = ours[key]["state"], theirs[key]["state"]
+        assert state.keys() == their_state.keys() and len(state) > 0
+        assert all(torch.equal(state[i][k], their_state[i][k]) for i in state
+                   for k in their_state[i])
+        assert ours[key]["param_groups"] == theirs[key]["param_groups"]
+        assert theirs[key]["param_groups"][0]["lr"] == 0.0  # the budget ran out
+    for key in ("scheduler", "muon_scheduler"):
+        assert ours[key] == theirs[key]
+    assert theirs["muon_scheduler"]["lr_lambdas"][0]["progress"] == 1.0
 
 
 def test_step_checkpoints_hold_the_weights_alone_and_best_is_a_file_of_its_own(straight):

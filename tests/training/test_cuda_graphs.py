@@ -119,6 +119,8 @@ def test_a_recorded_runs_checkpoint_resumes_it_exactly(make_trainer):
     ([], "fp16", 1, "train in bf16 or fp32"),
     ([], "bf16", 2, "train with one process"),
     (["train.engine=fast"], "fp32", 1, "set train.engine to auto or plain"),
+    (["train.optimizer=muon"], "bf16", 1, "Muon reads its learning rate on the host .* set "
+                                          "train.optimizer adamw$"),
 ])
 def test_what_a_graph_cannot_record_is_refused(recipe_path, overrides, precision, world,
                                                reason):

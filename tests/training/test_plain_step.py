@@ -1,5 +1,6 @@
 """The textbook training step (translate.training.step.plain_step) is the step the Trainer
-takes: the same loss, the same gradient for every parameter, the same weights after it."""
+takes: the same loss, the same gradient for every parameter, the same weights after it, with
+AdamW alone and with Muon for the hidden matrices beside it."""
 
 import pytest
 import torch
@@ -8,22 +9,31 @@ from conftest import read_jsonl, tiny_trainer
 from translate.training.step import plain_step
 
 
-def gradients_at_each_update(optimizer) -> list[dict[int, torch.Tensor]]:
-    """Every parameter's gradient as `optimizer` is about to use it, one dict per step."""
+def gradients_at_each_update(optimizers) -> list[dict[int, torch.Tensor]]:
+    """Every parameter's gradient as `optimizers` are about to use it, one dict per step."""
     seen = []
-    optimizer.register_step_pre_hook(lambda opt, args, kwargs: seen.append(
-        {id(p): p.grad.clone() for group in opt.param_groups for p in group["params"]}))
+
+    def note(optimizer, args, kwargs):
+        if optimizer is optimizers[0]:  # the step's first update
+            seen.append({})
+        seen[-1].update({id(p): p.grad.clone() for group in optimizer.param_groups
+                         for p in group["params"]})
+
+    for optimizer in optimizers:
+        optimizer.register_step_pre_hook(note)
     return seen
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_the_plain_step_is_the_trainers_step(recipe_path, small_data, tmp_path, precision):
+@pytest.mark.parametrize("precision, optimizer", [("fp32", "adamw"), ("bf16", "adamw"),
+                                                  ("fp32", "muon")])
+def test_the_plain_step_is_the_trainers_step(recipe_path, small_data, tmp_path, precision,
+                                             optimizer):
     overrides = (f"train.precision={precision}", "train.engine=plain", "model.dropout=0.1",
                  "train.clip_norm=0.5", "train.log_every=1", "train.eval_every=0",
-                 "train.save_every=0")
+                 "train.save_every=0", f"train.optimizer={optimizer}")
     trainer = tiny_trainer(recipe_path, small_data, tmp_path / "trainer", *overrides)
     order = trainer.batcher.epoch(trainer.state.epoch)
-    seen = gradients_at_each_update(trainer.updater.optimizer)
+    seen = gradients_at_each_update(trainer.updater.optimizers)
     for _ in range(2):
         trainer.next_step(order)
     trainer.settle()
@@ -31,13 +41,15 @@ def test_the_plain_step_is_the_trainers_step(recipe_path, small_data, tmp_path, 
     logged = [r["loss"] for r in read_jsonl(trainer.run_dir / "metrics.jsonl")]
 
     textbook = tiny_trainer(recipe_path, small_data, tmp_path / "textbook", *overrides)
-    optimizer, scheduler = textbook.updater.optimizer, textbook.updater.scheduler
-    mine = gradients_at_each_update(optimizer)
+    optimizers, schedulers = textbook.updater.optimizers, textbook.updater.schedulers
+    assert len(optimizers) == len(schedulers) == (2 if optimizer == "muon" else 1)
+    mine = gradients_at_each_update(optimizers)
     cfg = textbook.cfg
-    losses = [plain_step(textbook.model, textbook.batcher.batch(order[i]), optimizer, scheduler,
-                         cfg.label_smoothing, cfg.clip_norm, precision)
+    losses = [plain_step(textbook.model, textbook.batcher.batch(order[i]), optimizers,
+                         schedulers, cfg.label_smoothing, cfg.clip_norm, precision)
               for i in range(2)]
     assert losses == pytest.approx(logged, rel=1e-12)
+    assert all(optimizer.state for optimizer in optimizers)  # each took its steps
     names = {id(p): n for n, p in textbook.model.named_parameters()}
     ids = {n: id(p) for n, p in trainer.model.named_parameters()}
     for step, (theirs, ours) in enumerate(zip(seen, mine)):

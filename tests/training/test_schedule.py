@@ -1,4 +1,5 @@
-"""Learning-rate schedules: inverse square root, and linear/cosine decays that end with the budget."""
+"""Learning-rate schedules: inverse square root, and linear/cosine/wsd decays that end with the
+budget."""
 
 import json
 import math
@@ -7,9 +8,10 @@ import pytest
 import torch
 
 from conftest import TINY_OVERRIDES, train_tiny
-from translate.config import ConfigError, load_recipe
-from translate.training import train
+from translate.config import ConfigError, TrainConfig, load_recipe
+from translate.training import TrainState, train
 from translate.training.optim import LRSchedule
+from translate.training.state import budget_used
 
 
 @pytest.mark.parametrize("kind, at_0_4", [("linear", 0.75), ("cosine", 0.5 + 0.5 * math.cos(math.pi / 4))])
@@ -24,6 +26,64 @@ def test_budget_schedules_warm_up_then_decay_to_zero(kind, at_0_4):
     assert math.isclose(schedule(30), 0.5)  # both are halfway down halfway through
     schedule.progress = 1.0
     assert schedule(40) == 0.0
+
+
+def test_wsd_holds_the_peak_then_decays_to_zero_over_the_budgets_last_fraction():
+    schedule = LRSchedule("wsd", warmup=10, decay_fraction=0.2)
+    assert schedule(0) == 0.1 and schedule(5) == 0.5  # warm-up counts steps
+    for step, progress in [(10, 0.05), (20, 0.5), (30, 0.8)]:  # stable: the peak
+        schedule.progress = progress
+        assert schedule(step) == 1.0
+    schedule.progress = 0.85  # a quarter of the decay done: 1 - sqrt(1/4)
+    assert math.isclose(schedule(31), 0.5)
+    schedule.progress = 1.0
+    assert schedule(40) == 0.0
+
+
+def test_wsd_on_a_time_budget_decays_in_its_last_minutes():
+    """The trainer sets `progress` from the budget (`budget_used`): with max_minutes alone the
+    decay starts at (1 - decay_fraction) of the minutes, however many steps were taken."""
+    cfg = TrainConfig(lr_schedule="wsd", decay_fraction=0.25, warmup=10, max_minutes=40)
+    schedule = LRSchedule(cfg.lr_schedule, cfg.warmup, cfg.decay_fraction)
+
+    def rate(step: int, minutes: float) -> float:
+        schedule.progress = budget_used(cfg, TrainState(step=step, elapsed=minutes * 60), 0.0, 1)
+        return schedule(step)
+
+    assert rate(10, 1) == rate(5000, 29.9) == rate(50, 30) == 1.0  # fast or slow: the peak
+    assert math.isclose(rate(60, 35), 1 - math.sqrt(0.5))  # half the last 10 minutes
+    assert rate(70, 40) == 0.0
+
+
+def test_wsd_decays_from_the_end_of_warm_up_when_that_is_later():
+    schedule = LRSchedule("wsd", warmup=10, decay_fraction=0.2)
+    schedule.progress = 0.9  # warm-up ends past the stable part's end: no jump down
+    assert schedule(10) == 1.0 and schedule.decay_from == 0.9
+    schedule.progress = 0.925
+    assert math.isclose(schedule(11), 0.5)
+
+
+def test_a_resumed_scheduler_goes_on_where_it_stood():
+    """The schedule's state is saved with the scheduler and restored from it."""
+    model = torch.nn.Linear(2, 2)
+
+    def scheduler(kind: str) -> torch.optim.lr_scheduler.LambdaLR:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1.0)
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, LRSchedule(kind, 4, 0.5))
+
+    ran, resumed = scheduler("wsd"), scheduler("wsd")
+    for step in range(1, 8):
+        ran.lr_lambdas[0].progress = step / 10
+        ran.optimizer.step()  # (no gradients: nothing moves)
+        ran.step()
+    resumed.load_state_dict(ran.state_dict())
+    assert resumed.lr_lambdas[0].__dict__ == {"kind": "wsd", "warmup": 4, "decay_fraction": 0.5,
+                                               "progress": 0.7, "decay_from": 0.4}
+    for schedule in (ran, resumed):
+        schedule.lr_lambdas[0].progress = 0.75
+        schedule.optimizer.step()
+        schedule.step()
+    assert ran.get_last_lr() == resumed.get_last_lr() == [1 - math.sqrt(0.5)]
 
 
 def test_inverse_sqrt_ignores_the_budget():
@@ -56,7 +116,8 @@ def test_linear_schedule_reaches_zero_at_max_steps(recipe_path, small_data, tmp_
         assert math.isclose(lr, want, rel_tol=1e-6, abs_tol=1e-12)
     saved = torch.load(result.run_dir / "last.pt", weights_only=True)  # the safe loader
     assert saved["scheduler"]["lr_lambdas"][0] == {"kind": "linear", "warmup": 30,
-                                                   "progress": 1.0, "decay_from": 0.75}
+                                                   "decay_fraction": 0.2, "progress": 1.0,
+                                                   "decay_from": 0.75}
     assert saved["optimizer"]["param_groups"][0]["lr"] == 0.0  # a resumed step would use 0
 
 
@@ -85,3 +146,10 @@ def test_budget_schedule_needs_a_budget(recipe_path, small_data, tmp_path):
 def test_unknown_schedule_is_refused(recipe_path):
     with pytest.raises(ConfigError, match="'warmup_stable' is not one of inverse_sqrt, linear"):
         load_recipe(recipe_path, ["train.lr_schedule=warmup_stable"])
+
+
+@pytest.mark.parametrize("value", ["0", "-0.1", "1.5"])
+def test_decay_fraction_is_a_fraction_of_the_budget(recipe_path, value):
+    with pytest.raises(ConfigError, match=f"train.decay_fraction: must .*got {value}"):
+        load_recipe(recipe_path, ["train.lr_schedule=wsd", f"train.decay_fraction={value}"])
+    assert load_recipe(recipe_path, ["train.decay_fraction=1"]).train.decay_fraction == 1.0

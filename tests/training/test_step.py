@@ -122,13 +122,15 @@ def test_a_step_not_skipped_on_the_device_is_the_plain_step(make_trainer):
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in start)
 
 
-def test_the_fast_engines_packed_weights_follow_the_trainers_steps(make_trainer):
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_the_fast_engines_packed_weights_follow_the_trainers_steps(make_trainer, optimizer):
     """The fast engine packs weights for inference and repacks when a weight's version moves;
-    the fused AdamW leaves versions alone, so the engine watches the run's optimizer
-    (`Engine.watch_optimizer`): after each step the model translates with the new weights."""
+    the fused AdamW leaves versions alone, so the engine watches the run's optimizers
+    (`Engine.watch_optimizer`; Muon updates in place): after each step the model translates
+    with the new weights."""
     from translate.models import build_model
 
-    trainer = make_trainer("train.engine=fast")
+    trainer = make_trainer("train.engine=fast", f"train.optimizer={optimizer}")
     order = trainer.batcher.epoch(trainer.state.epoch)
     batch = trainer.batcher.batch(order[0])
     for _ in range(2):

@@ -8,6 +8,8 @@ import types
 import typing
 from typing import Any, Mapping
 
+import torch
+
 from translate.config.schema import DataConfig, DecodeConfig, TokenizerConfig, TrainConfig
 
 
@@ -30,6 +32,7 @@ def build_section(cls: type, values: dict, where: str) -> Any:
     built = cls(**typed)
     if isinstance(built, TrainConfig):
         _check_budget(built, where)
+        _check_optimizer(built, where)
     if isinstance(built, TokenizerConfig):
         _check_sampling(built, where)
     if isinstance(built, (DataConfig, TrainConfig)):
@@ -69,6 +72,13 @@ def _check_budget(cfg: TrainConfig, where: str) -> None:
                                                   or cfg.max_epochs):
         raise ConfigError(f"{where}.lr_schedule: {cfg.lr_schedule} decays to zero as the "
                           "budget runs out: set train.max_steps, max_minutes or max_epochs")
+
+
+def _check_optimizer(cfg: TrainConfig, where: str) -> None:
+    """Muon is PyTorch's own (torch.optim.Muon, from torch 2.9 on)."""
+    if cfg.optimizer == "muon" and not hasattr(torch.optim, "Muon"):
+        raise ConfigError(f"{where}.optimizer: muon needs torch.optim.Muon, which torch "
+                          f"{torch.__version__} lacks; upgrade torch (2.9 or later)")
 
 
 def _check_sampling(cfg: TokenizerConfig, where: str) -> None:

@@ -168,7 +168,8 @@ def _apply_override(raw: dict, item: str) -> None:
 
 
 # Train keys that `translate train --resume` may change: when to stop, validate, save and log.
-# Everything else (model, data, tokenizer, optimisation) shapes the weights and stays as trained.
+# Everything else (model, data, tokenizer, optimisation: train.optimizer and its settings, the
+# schedule) shapes the weights and stays as trained; the checkpoint holds that optimizer's state.
 RESUME_KEYS = ("max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
                "patience", "keep_last", "step_checkpoints", "save_every", "log_every",
                "threads", "max_bad_losses", "monitor_splits", "engine", "valid_beam",

@@ -80,9 +80,30 @@ class TrainConfig:
     # linear warm-up steps, then the schedule's decay
     warmup: int = field(default=1000, metadata={"min": 1, "hint": "1: no warm-up"})
     # inverse_sqrt: lr * sqrt(warmup / step), no end; linear | cosine: down to 0 when the budget
-    # (max_steps, max_minutes or max_epochs, whichever comes first) runs out
+    # (max_steps, max_minutes or max_epochs, whichever comes first) runs out; wsd (warm-up,
+    # stable, decay): lr held until the budget's last `decay_fraction`, then 1 - sqrt down to 0
     lr_schedule: str = field(default="inverse_sqrt",
-                             metadata={"choices": ("inverse_sqrt", "linear", "cosine")})
+                             metadata={"choices": ("inverse_sqrt", "linear", "cosine", "wsd")})
+    # wsd: the budget's fraction its decay takes, at the end (0.2: with a 1 - sqrt decay over
+    # the last 20%, Hägele et al. 2024, arXiv:2405.18392, matched a cosine schedule's loss)
+    decay_fraction: float = field(default=0.2, metadata={"above": 0, "max": 1.0})
+    # adamw: AdamW for every parameter. muon: torch.optim.Muon for the hidden layers' weight
+    # matrices (attention's projections, feed-forward and recurrent layers:
+    # translate.training.optim.muon_split), AdamW as above for embeddings, the output layer,
+    # norms and biases; both follow lr_schedule. Not with cuda_graphs
+    optimizer: str = field(default="adamw", metadata={"choices": ("adamw", "muon")})
+    # Muon's peak learning rate, momentum (Nesterov) and decoupled weight decay. 0.02 and 0.95
+    # are the settings of Muon's public description (K. Jordan, 2024, "Muon: an optimizer for
+    # hidden layers"); weight decay 0, as weight_decay's, so that muon and adamw differ in the
+    # update alone (Moonshot's 0.1 helped long runs: Liu et al. 2025, arXiv:2502.16982)
+    muon_lr: float = field(default=0.02, metadata={"above": 0})
+    muon_momentum: float = field(default=0.95, metadata={"below": 1})
+    muon_weight_decay: float = 0.0
+    # how Muon scales an (A, B) matrix's update: original: muon_lr * sqrt(max(1, A / B))
+    # (Jordan's); match_rms_adamw: muon_lr * 0.2 * sqrt(max(A, B)), an update of AdamW's
+    # size, so that muon_lr can be lr (Liu et al. 2025)
+    muon_adjust_lr: str = field(default="original",
+                                metadata={"choices": ("original", "match_rms_adamw")})
     betas: tuple = field(default=(0.9, 0.98),
                          metadata={"pair": "Adam's beta1, beta2", "below": 1})
     weight_decay: float = 0.0

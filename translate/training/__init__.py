@@ -8,7 +8,7 @@
     step.py         plain_step(): one training step as the textbook writes it
     update.py       Updater: that step with a real run's bookkeeping (fp16, NaN checks, ranks)
     batches.py      TrainBatcher: each epoch's order of batches, each batch's tensors
-    optim.py        AdamW, the inverse square root schedule, the weight average (EMA)
+    optim.py        AdamW (and Muon), the learning-rate schedules, the weight average (EMA)
     compilation.py  train.compile: the engine it takes, torch.compile once it is known to work
     graphs.py       train.cuda_graphs: the whole step recorded as a CUDA graph per batch shape
     validation.py   dev loss and BLEU

@@ -23,7 +23,7 @@ from translate.training.compilation import compiled, engine_name
 from translate.training.distributed import World
 from translate.training.graphs import StepGraphs, check_recipe
 from translate.training.loop import Trainer
-from translate.training.optim import make_optimizer, skips_on_device
+from translate.training.optim import make_muon, make_optimizer, muon_note, skips_on_device
 from translate.training.prepare import TrainingData
 from translate.training.update import Updater
 from translate.training.validation import Validation
@@ -51,6 +51,8 @@ def build_trainer(recipe: Recipe, run_dir: Path, data: TrainingData, metrics: Me
         log.info("%s: %.2fM parameters, device %s, precision %s%s, %d CPU threads%s; the %s",
                  recipe.model.arch, count_parameters(model) / 1e6, device, precision,
                  step_note(cfg, device), torch.get_num_threads(), processes, engine_note(engine))
+        if cfg.optimizer == "muon":
+            log.info("%s", muon_note(model))
     updater = build_updater(model, cfg, engine, device, precision, world)
     if world.is_main:
         check_free_space(run_dir, checkpoint_bytes(model, updater.ema is not None))
@@ -81,7 +83,8 @@ def settle_device(recipe: Recipe, device: torch.device, world: World) -> str:
 
 def build_updater(model: nn.Module, cfg: TrainConfig, engine: Engine, device: torch.device,
                   precision: str, world: World) -> Updater:
-    """The optimizer, schedule, weight average, loss scaler and loss function around `model`."""
+    """The optimizers, schedule, weight average, loss scaler and loss function around
+    `model`."""
     # The compiled forward shares the model's parameters; checkpoints save the model itself,
     # so their names carry no torch.compile prefix.
     forward = compiled(model, device) if cfg.compile else model
@@ -89,15 +92,20 @@ def build_updater(model: nn.Module, cfg: TrainConfig, engine: Engine, device: to
     ema = copy.deepcopy(model).eval().requires_grad_(False) if cfg.ema_decay > 0 else None
     figure_dtype = torch.float32 if device.type == "mps" else torch.float64
     optimizer, scheduler = make_optimizer(model, cfg, capturable=cfg.cuda_graphs)
-    engine.watch_optimizer(optimizer)  # the fast engine's packed weights follow its steps
+    muon, muon_scheduler = (make_muon(model, cfg, scheduler.lr_lambdas[0])
+                            if cfg.optimizer == "muon" else (None, None))
+    optimizers = [o for o in (optimizer, muon) if o is not None]
+    for each in optimizers:
+        engine.watch_optimizer(each)  # the fast engine's packed weights follow its steps
     graphs = StepGraphs(model, ema, optimizer, cfg.label_smoothing, cfg.clip_norm, batch_loss,
                         device, figure_dtype) if cfg.cuda_graphs else None
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     # Where reading a value from the device costs a sync (a GPU), a step's NaN/inf check stays
-    # on the device and is read with the log; the CPU reads it at once.
-    defer_checks = device.type == "cuda" and skips_on_device(optimizer)
+    # on the device and is read with the log; the CPU reads it at once, and so does a GPU with
+    # Muon, which has no step that skips on the device.
+    defer_checks = device.type == "cuda" and all(skips_on_device(o) for o in optimizers)
     return Updater(cfg, model, ema, optimizer, scheduler, scaler, batch_loss, graphs,
-                   defer_checks, figure_dtype, world)
+                   defer_checks, figure_dtype, world, muon, muon_scheduler)
 
 
 def step_note(cfg: TrainConfig, device: torch.device) -> str:

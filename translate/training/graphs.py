@@ -51,6 +51,8 @@ def check_recipe(recipe: Recipe, precision: str, world_size: int) -> None:
             recipe.model.arch != "transformer",
         "the graphs record the plain engine; set train.engine to auto or plain":
             cfg.engine == "fast",
+        "Muon reads its learning rate on the host and cannot skip a step on the device; set "
+        "train.optimizer adamw": cfg.optimizer == "muon",
     }
     for reason, refused in reasons.items():
         if refused:

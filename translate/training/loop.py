@@ -101,8 +101,7 @@ class Trainer:
         due, stop, used = from_main_numbers(
             [validation_due(cfg, state, now - self.last_eval), out_of_budget(cfg, state, ahead),
              budget_used(cfg, state, ahead, len(batches))], self.world)
-        self.updater.scheduler.lr_lambdas[0].progress = used  # LRSchedule: the budget used ...
-        self.updater.scheduler.step()  # ... sets the learning rate of the next step
+        self.updater.schedule(used)  # the budget used sets the learning rates of the next step
         due, stop = due > 0, stop > 0
         if due or stop:
             stop = agree([self.validate()], self.world)[0] or stop

@@ -1,4 +1,5 @@
-"""The optimizer, its learning-rate schedule and the weight average (EMA)."""
+"""The optimizers (AdamW; with `train.optimizer: muon`, Muon for the hidden matrices beside it),
+their learning-rate schedule and the weight average (EMA)."""
 
 from __future__ import annotations
 
@@ -24,15 +25,18 @@ class LRSchedule:
 
     Every schedule warms up linearly over `warmup` steps. After that, `inverse_sqrt` decays as
     sqrt(warmup / step) and never ends; `linear` and `cosine` decay to zero as the training
-    budget runs out, over the part of it left when warm-up ends. The budget's fraction used,
-    `progress`, is set by the trainer: max_steps, max_minutes or max_epochs, whichever is
-    furthest along. So a 60-minute run ends at a small learning rate on any machine, however
-    many steps it makes there. The schedule's state (`progress`, `decay_from`) is saved with
-    the scheduler, so a resumed run goes on where it stood.
+    budget runs out, over the part of it left when warm-up ends; `wsd` (warm-up, stable,
+    decay) holds the peak until the budget's last `decay_fraction`, then decays to zero over
+    it. The budget's fraction used, `progress`, is set by the trainer: max_steps, max_minutes
+    or max_epochs, whichever is furthest along. So a 60-minute run ends at a small learning
+    rate on any machine, however many steps it makes there (and `wsd` decays in its last 12
+    minutes at 0.2). The schedule's state (`progress`, `decay_from`) is saved with the
+    scheduler, so a resumed run goes on where it stood.
     """
 
-    def __init__(self, kind: str, warmup: int):
+    def __init__(self, kind: str, warmup: int, decay_fraction: float = 0.2):
         self.kind, self.warmup = kind, warmup
+        self.decay_fraction = decay_fraction  # wsd: the budget's last part, where it decays
         self.progress = 0.0  # the budget's fraction used so far (the trainer sets it)
         self.decay_from: Optional[float] = None  # ... when warm-up ended
 
@@ -42,20 +46,60 @@ class LRSchedule:
             return inverse_sqrt_lr(step, 1.0, self.warmup)
         if self.decay_from is None:
             self.decay_from = self.progress
-        if self.decay_from >= 1.0:
+        start = self.decay_from
+        if self.kind == "wsd":  # stable at the peak until the last decay_fraction (or warm-up
+            start = max(start, 1.0 - self.decay_fraction)  # ends, if that is later)
+        if start >= 1.0:
             return 0.0
-        done = min(max((self.progress - self.decay_from) / (1.0 - self.decay_from), 0.0), 1.0)
+        done = min(max((self.progress - start) / (1.0 - start), 0.0), 1.0)
         if self.kind == "linear":
             return 1.0 - done
+        if self.kind == "wsd":  # 1 - sqrt: beat a linear decay of the same length in
+            return 1.0 - math.sqrt(done)  # Hägele et al. 2024 (arXiv:2405.18392)
         return 0.5 * (1.0 + math.cos(math.pi * done))  # cosine
+
+
+# The layers whose 2-D weights are hidden matrices, Muon's to train: linear layers, and the
+# recurrent layers' input (weight_ih) and recurrent (weight_hh) matrices. A GRU's holds its
+# three gates stacked, and Muon orthogonalises the stack as one matrix.
+HIDDEN_LAYERS = (nn.Linear, nn.RNNBase, nn.RNNCellBase)
+
+
+def muon_split(model: nn.Module) -> tuple[dict[str, nn.Parameter], dict[str, nn.Parameter]]:
+    """The model's parameters by name: (Muon's, AdamW's), each parameter in one of them once.
+
+    Muon takes the weight matrices of the hidden layers: attention's Q/K/V/out projections and
+    the feed-forward layers; the RNN's input and recurrent matrices and its hidden projections.
+    AdamW takes the rest: embeddings, the output layer (`model.output`, tied to the target
+    embedding by default), norms, biases, and a layer to a single unit (Bahdanau's score v),
+    whose (1, N) weight is a vector: orthogonalising it would only normalise it.
+    """
+    output = {id(p) for p in model.output.parameters()}
+    hidden = {id(p) for module in model.modules() if isinstance(module, HIDDEN_LAYERS)
+              for p in module.parameters(recurse=False)
+              if p.ndim == 2 and min(p.shape) > 1 and id(p) not in output}
+    muon, adamw = {}, {}
+    for name, param in model.named_parameters():  # a tied parameter once, by its first name
+        (muon if id(param) in hidden else adamw)[name] = param
+    return muon, adamw
+
+
+def muon_note(model: nn.Module) -> str:
+    """Which parameters Muon trains, for the log."""
+    muon, adamw = muon_split(model)
+    size = sum(p.numel() for p in muon.values())
+    return (f"Muon trains {len(muon)} hidden matrices ({size / 1e6:.2f}M parameters), AdamW "
+            f"the other {len(adamw)} tensors")
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, fused: Optional[bool] = None,
                    capturable: bool = False
                    ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW at `cfg.lr`, scaled each step by `LRSchedule(cfg.lr_schedule)`. `fused` (by
-    default on a GPU and a CPU) takes the fused kernel: one pass over every parameter's weights
-    and moments (on a GPU one launch, and a step that `step_unless` can skip on the device).
+    """AdamW at `cfg.lr`, scaled each step by `LRSchedule(cfg.lr_schedule)`: over every
+    parameter, or with `train.optimizer: muon` over those `muon_split` leaves it (`make_muon`
+    makes Muon for the others). `fused` (by default on a GPU and a CPU) takes the fused
+    kernel: one pass over every parameter's weights and moments (on a GPU one launch, and a
+    step that `step_unless` can skip on the device).
     `capturable`: the learning rate is a tensor on the weights' device, which the scheduler
     fills in place, so a recorded CUDA graph (`translate.training.graphs`) reads each step's. Its
     dtype is what each device's fused kernel reads a float learning rate as (CUDA's float32, the
@@ -64,12 +108,23 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, fused: Optional[bool] = N
     if fused is None:
         fused = device.type in ("cuda", "cpu")
     lr = torch.tensor(cfg.lr, dtype=_lr_dtype(device), device=device) if capturable else cfg.lr
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=tuple(cfg.betas), eps=1e-9,
+    params = muon_split(model)[1].values() if cfg.optimizer == "muon" else model.parameters()
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=tuple(cfg.betas), eps=1e-9,
                                   weight_decay=cfg.weight_decay, fused=fused or None,
                                   capturable=capturable)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, LRSchedule(cfg.lr_schedule, cfg.warmup))
+        optimizer, LRSchedule(cfg.lr_schedule, cfg.warmup, cfg.decay_fraction))
     return optimizer, scheduler
+
+
+def make_muon(model: nn.Module, cfg: TrainConfig, schedule: LRSchedule
+              ) -> tuple[torch.optim.Muon, torch.optim.lr_scheduler.LambdaLR]:
+    """torch.optim.Muon over the hidden matrices (`muon_split`) at `cfg.muon_lr`, scaled each
+    step by `schedule`, the one AdamW's scheduler follows, so both warm up and decay as one."""
+    muon = torch.optim.Muon(muon_split(model)[0].values(), lr=cfg.muon_lr,
+                            momentum=cfg.muon_momentum, weight_decay=cfg.muon_weight_decay,
+                            adjust_lr_fn=cfg.muon_adjust_lr)
+    return muon, torch.optim.lr_scheduler.LambdaLR(muon, schedule)
 
 
 def plain_numbers(state: dict) -> dict:

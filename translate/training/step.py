@@ -3,10 +3,13 @@
 `Updater.step` (translate/training/update.py) takes this same step with the bookkeeping a real
 run needs around it: several batches a step, fp16 loss scaling, NaN/inf checks that stay on a
 GPU, the all-reduce across processes, the weight average. tests/training/test_plain_step.py
-checks that the two compute the same loss and the same gradients, in fp32 and in bf16.
+checks that the two compute the same loss and the same gradients, in fp32 and in bf16, with
+AdamW alone and with Muon beside it.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 from torch import nn
@@ -17,9 +20,12 @@ from translate.tokens import PAD
 from translate.utils import autocast
 
 
-def plain_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer, scheduler,
-               label_smoothing: float, clip_norm: float, precision: str = "fp32") -> float:
-    """Forward, loss, backward, clip, update, schedule; returns the batch's NLL per token."""
+def plain_step(model: nn.Module, batch: Batch, optimizers: Sequence[torch.optim.Optimizer],
+               schedulers: Sequence, label_smoothing: float, clip_norm: float,
+               precision: str = "fp32") -> float:
+    """Forward, loss, backward, clip, update, schedule; returns the batch's NLL per token.
+    `optimizers`: AdamW, or Muon for the hidden matrices and AdamW for the rest; `schedulers`:
+    theirs."""
     model.train()
     with autocast(batch.src.device, precision):
         logits = model(batch.src, batch.tgt_in)  # (B, T, V): teacher forcing
@@ -27,7 +33,9 @@ def plain_step(model: nn.Module, batch: Batch, optimizer: torch.optim.Optimizer,
     (loss / batch.num_tgt_tokens).backward()  # gradients of the mean loss per target token
     if clip_norm > 0:  # one long step after a bad batch is what clipping prevents
         nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-    optimizer.step()  # AdamW
-    optimizer.zero_grad(set_to_none=True)
-    scheduler.step()  # the learning rate of the next step
+    for optimizer in optimizers:  # each updates its own parameters
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    for scheduler in schedulers:
+        scheduler.step()  # the learning rate of the next step
     return nll.item() / batch.num_tgt_tokens

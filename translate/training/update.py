@@ -50,7 +50,7 @@ class Updater:
     cfg: TrainConfig
     model: nn.Module
     ema: Optional[nn.Module]  # the weight average: validated, saved and used to translate
-    optimizer: torch.optim.Optimizer
+    optimizer: torch.optim.Optimizer  # AdamW: every parameter, or those Muon leaves
     scheduler: torch.optim.lr_scheduler.LambdaLR
     scaler: torch.amp.GradScaler  # enabled in fp16 only
     batch_loss: BatchLoss  # forward and loss, shared with the CUDA graphs and the dev loss
@@ -58,7 +58,21 @@ class Updater:
     defer_checks: bool  # NaN/inf checks left on the device, read with the log (a GPU)
     figure_dtype: torch.dtype
     world: World
+    # train.optimizer muon: Muon for the hidden matrices (`optim.muon_split`), its scheduler
+    # following the same LRSchedule as `scheduler`
+    muon: Optional[torch.optim.Muon] = None
+    muon_scheduler: Optional[torch.optim.lr_scheduler.LambdaLR] = None
     pending: list[StepFigures] = field(default_factory=list)  # figures the host has not read
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """AdamW, and Muon when the run has it: every parameter is in one of them."""
+        return [self.optimizer] + ([self.muon] if self.muon is not None else [])
+
+    @property
+    def schedulers(self) -> list[torch.optim.lr_scheduler.LambdaLR]:
+        """The optimizers' schedulers, in the same order."""
+        return [self.scheduler] + ([self.muon_scheduler] if self.muon is not None else [])
 
     @property
     def eval_model(self) -> nn.Module:
@@ -97,7 +111,7 @@ class Updater:
         sums = all_sum_(torch.stack([nll_sum, bad, loss_sum]), self.world)  # (3,) on the device
         figures = StepFigures(sums, tokens, state.step, state.epoch)
         if not self.defer_checks and sums[1].item():  # the CPU: reading it costs nothing
-            self.optimizer.zero_grad(set_to_none=True)
+            self.zero_grad()
             self.skip_bad_loss(state, sums[2].item(), figures)
             return None
         sum_gradients(self.model.parameters(), self.world)
@@ -112,16 +126,32 @@ class Updater:
         """Clip the summed gradients and take the optimizer step; none where `bad` > 0 (ranks
         whose loss was NaN/inf), decided on the device when the checks are deferred."""
         if self.cfg.clip_norm > 0:
-            self.scaler.unscale_(self.optimizer)
+            for optimizer in self.optimizers:
+                self.scaler.unscale_(optimizer)
             # error_if_nonfinite stays off: checking the norm would read it on the host
             nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
         if self.defer_checks and not self.scaler.is_enabled():
-            step_unless(self.optimizer, (bad > 0).float())
+            skip = (bad > 0).float()
+            for optimizer in self.optimizers:  # fused ones all (`build_updater`)
+                step_unless(optimizer, skip)
         else:  # with fp16 the scaler skips the step when a gradient is NaN/inf (on the device
             # with the fused optimizer), and lowers its scale
-            self.scaler.step(self.optimizer)
+            for optimizer in self.optimizers:
+                self.scaler.step(optimizer)
             self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.zero_grad()
+
+    def zero_grad(self) -> None:
+        """Clear every parameter's gradient."""
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
+
+    def schedule(self, used: float) -> None:
+        """Set the next step's learning rates from `used`, the budget's fraction used so far
+        (`LRSchedule.progress`; Muon's scheduler follows the same schedule)."""
+        self.scheduler.lr_lambdas[0].progress = used
+        for scheduler in self.schedulers:
+            scheduler.step()
 
     def _recorded(self, batch: Batch, tokens: int, state: TrainState) -> StepFigures:
         """`step` through the step's CUDA graph (`train.cuda_graphs`): the same update, with a
@@ -167,6 +197,27 @@ class Updater:
                                 f"(--resume keeps the run's rates, so it would diverge again)")
         log.warning("%s: skipped (%d of at most %d)", where, state.bad_losses, most)
 
+    def _load_optimizers(self, data: dict) -> None:
+        """The optimizers' and schedulers' states from checkpoint `data`: AdamW's, and Muon's
+        where the run has it (a resumed run keeps its train.optimizer)."""
+        saved = "muon" if "muon" in data else "adamw"
+        if saved != self.cfg.optimizer:
+            raise ValueError(f"the checkpoint holds the state of train.optimizer {saved}, not "
+                             f"of {self.cfg.optimizer}; resume with the run's own recipe")
+        self.optimizer.load_state_dict(data["optimizer"])
+        restore_lr_tensors(self.optimizer, self.cfg.cuda_graphs)
+        self.scheduler.load_state_dict(data["scheduler"])
+        if self.muon is not None:
+            self.muon.load_state_dict(data["muon"])
+            self.muon_scheduler.load_state_dict(data["muon_scheduler"])
+        for optimizer in self.optimizers:  # torch checks counts, not shapes
+            for param, state in optimizer.state.items():
+                for name, value in state.items():
+                    if isinstance(value, torch.Tensor) and value.dim() and \
+                            value.shape != param.shape:
+                        raise ValueError(f"the optimizer's {name} of shape {tuple(value.shape)} "
+                                         f"does not fit a weight of shape {tuple(param.shape)}")
+
     def weights(self) -> dict:
         """The optimizer's own weights where the checkpoint's "model" holds the EMA (for
         `translate average --raw`); nothing without an EMA ("model" holds them)."""
@@ -178,21 +229,21 @@ class Updater:
             **self.weights(),
             "optimizer": plain_numbers(self.optimizer.state_dict()),
             "scheduler": plain_numbers(self.scheduler.state_dict()),
+            **self._muon_state(),
             "scaler": self.scaler.state_dict(),
         }
 
+    def _muon_state(self) -> dict:
+        """Muon's state and its scheduler's, for the checkpoint; nothing without Muon."""
+        if self.muon is None:
+            return {}
+        return {"muon": self.muon.state_dict(), "muon_scheduler": self.muon_scheduler.state_dict()}
+
     def load_state_dict(self, data: dict) -> None:
-        """Weights, optimizer, schedule and scaler from checkpoint `data`."""
+        """Weights, optimizers, schedule and scaler from checkpoint `data`."""
         if self.ema is not None:
             self.ema.load_state_dict(upgrade_state_dict(data["model"]))
         self.model.load_state_dict(upgrade_state_dict(data.get("train_model", data["model"])))
-        self.optimizer.load_state_dict(data["optimizer"])
-        restore_lr_tensors(self.optimizer, self.cfg.cuda_graphs)
-        for param, state in self.optimizer.state.items():  # torch checks counts, not shapes
-            for name, value in state.items():
-                if isinstance(value, torch.Tensor) and value.dim() and value.shape != param.shape:
-                    raise ValueError(f"the optimizer's {name} of shape {tuple(value.shape)} does "
-                                     f"not fit a weight of shape {tuple(param.shape)}")
-        self.scheduler.load_state_dict(data["scheduler"])
+        self._load_optimizers(data)
         if data["scaler"]:
             self.scaler.load_state_dict(data["scaler"])
