@@ -1,5 +1,6 @@
 """Checkpoints saved by older versions still load: a model config key that is no longer the
-model's (`config.RETIRED_MODEL_KEYS`) is dropped wherever a checkpoint is read."""
+model's (`config.RETIRED_MODEL_KEYS`) is dropped wherever a checkpoint is read, and one added
+since (`config.ADDED_MODEL_KEYS`) takes the value those checkpoints were trained with."""
 
 import pytest
 import torch
@@ -8,7 +9,7 @@ import yaml
 from conftest import untrained_model
 from translate.checkpoint import (load_checkpoint, read_checkpoint, save_checkpoint,
                                   write_checkpoint)
-from translate.config import ConfigError, load_recipe
+from translate.config import ADDED_MODEL_KEYS, ConfigError, in_todays_keys, load_recipe
 from translate.model_folder import write_model_folder
 from translate.training.checkpoints import check_resumable
 
@@ -49,3 +50,39 @@ def test_an_old_recipe_with_fused_qkv_loads(recipe_path, tmp_path):
     old.write_text(yaml.safe_dump(raw), encoding="utf-8")
     with pytest.raises(ConfigError, match="fused_qkvs"):
         load_recipe(old)
+
+
+def test_a_checkpoint_saved_before_model_norm_loads_resumes_and_exports_as_layernorm(
+        small_data, tmp_path):
+    """`model.norm` came later (`config.ADDED_MODEL_KEYS`): a checkpoint whose recipe lacks it
+    is the LayerNorm model it was trained as, when loaded, exported, and resumed (whose check
+    compares the saved model section with the run's recipe)."""
+    cfg, tokenizer, model = untrained_model(small_data)
+    path = tmp_path / "run" / "last.pt"
+    path.parent.mkdir()
+    save_checkpoint(path, model, cfg, tokenizer, 7, {"trainer": {"elapsed": 1.0}})
+    old = torch.load(path, weights_only=True)
+    del old["recipe"]["model"]["norm"]  # as every Transformer run saved it before
+    write_checkpoint(path, old)
+
+    data = read_checkpoint(path)
+    assert data["recipe"]["model"]["norm"] == "layernorm"
+    check_resumable(path, data, cfg)
+    write_model_folder(old, tmp_path / "exported")
+    src = torch.tensor([[5, 6, 7, 3]])
+    for source in (path, tmp_path / "exported"):
+        loaded = load_checkpoint(source)
+        assert loaded.recipe.model == cfg.model and loaded.recipe.model.norm == "layernorm"
+        with torch.no_grad():
+            assert torch.equal(loaded.model.eval()(src, src), model.eval()(src, src))
+
+
+def test_added_model_keys_fill_saved_recipes_of_their_arch_only():
+    saved = {"model": {"arch": "transformer", "d_model": 32}, "train": {}}
+    assert in_todays_keys(saved)["model"] == {"arch": "transformer", "d_model": 32,
+                                              **ADDED_MODEL_KEYS["transformer"]}
+    assert in_todays_keys({"model": {"d_model": 32}})["model"]["norm"] == "layernorm"
+    rnn = {"model": {"arch": "rnn", "cell": "gru"}}
+    assert in_todays_keys(rnn) == rnn
+    given = {"model": {"norm": "rmsnorm", "fused_qkv": True}}
+    assert in_todays_keys(given) == {"model": {"norm": "rmsnorm"}}  # kept; retired dropped

@@ -18,6 +18,13 @@ def test_overrides_are_parsed_and_typed(recipe_path):
     assert r.train.max_minutes == 5.0 and r.data.splits["dev"] == "val"
 
 
+def test_model_options_default_to_the_classic_transformer(recipe_path):
+    r = load_recipe(recipe_path)
+    assert (r.model.norm, r.model.activation) == ("layernorm", "relu")
+    r = load_recipe(recipe_path, ["model.norm=rmsnorm", "model.activation=swiglu"])
+    assert (r.model.norm, r.model.activation) == ("rmsnorm", "swiglu")
+
+
 def test_unknown_key_lists_valid_keys(recipe_path):
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['layers'\].*encoder_layers"):
         load_recipe(recipe_path, ["model.layers=4"])
@@ -42,6 +49,10 @@ def test_unknown_key_in_file_names_the_file(tmp_path):
     ("train.muon_momentum=1", r"train.muon_momentum: must be in \[0, 1\)"),
     ("train.muon_weight_decay=-0.1", "train.muon_weight_decay: must not be negative"),
     ("train.muon_adjust_lr=moonshot", "not one of original, match_rms_adamw"),
+    ("model.norm=batchnorm", r"model\.norm: 'batchnorm' is not one of layernorm, rmsnorm$"),
+    ("model.activation=swish", r"model\.activation: 'swish' is not one of relu, gelu, relu2, "
+                               r"swiglu$"),
+    ("model.norm=1", r"model\.norm: expected str, got 1$"),
 ])
 def test_bad_overrides_are_clear_errors(recipe_path, override, message):
     with pytest.raises(ConfigError, match=message):

@@ -14,6 +14,7 @@ from tests.conftest import read_jsonl
 from translate.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
 from translate.cli import main
 from translate.config import load_recipe
+from translate.data.batch import pad
 from translate.inference import translate_sentences
 from translate.model_folder import write_model_folder
 from translate.models import build_model
@@ -107,6 +108,34 @@ def test_separate_vocabularies_get_one_spm_model_each(tmp_path, small_data):
     assert loaded.tokenizer.tgt_model == tokenizer.tgt_model
     for name, tensor in model.state_dict().items():
         assert torch.equal(loaded.model.state_dict()[name], tensor), name
+
+
+def test_the_folder_carries_the_model_options_and_decodes_as_the_checkpoint(trained_run,
+                                                                            small_data, tmp_path):
+    """RMSNorm and SwiGLU (the peer formats cannot hold both) round-trip through the
+    inference format: config.json names them, and the loaded model computes the checkpoint's
+    logits and translations."""
+    tokenizer = load_checkpoint(trained_run.run_dir).tokenizer
+    cfg = load_recipe(None, ["model.d_model=32", "model.heads=2", "model.ffn_dim=96",
+                             "model.encoder_layers=1", "model.decoder_layers=2",
+                             "model.norm=rmsnorm", "model.activation=swiglu"])
+    torch.manual_seed(0)
+    model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True)
+    save_checkpoint(tmp_path / "x.pt", model, cfg, tokenizer, 7)
+    out = write(tmp_path / "x.pt", tmp_path / "model")
+    config = json.loads((out / "config.json").read_text())
+    assert (config["recipe"]["model"]["norm"], config["recipe"]["model"]["activation"]) == (
+        "rmsnorm", "swiglu")
+    saved, folder = load_checkpoint(tmp_path / "x.pt"), load_checkpoint(out)
+    assert folder.recipe.model == cfg.model
+    sources = [row["en"] for row in read_jsonl(small_data / "test_2016_flickr.jsonl", 20)]
+    src = pad([torch.tensor(ids) for ids in tokenizer.encode_src(sources)])  # (B, S)
+    with torch.no_grad():
+        assert torch.equal(folder.model(src, src[:, :6]), saved.model(src, src[:, :6]))
+    for beam in (1, 4):
+        decode = replace(cfg.decode, beam=beam, max_len_b=5)
+        assert (translate_sentences(folder.model, folder.tokenizer, sources, decode)
+                == translate_sentences(saved.model, saved.tokenizer, sources, decode))
 
 
 def test_an_incomplete_or_foreign_folder_gets_one_error_line(exported, tmp_path):

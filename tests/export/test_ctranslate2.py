@@ -45,6 +45,8 @@ def batch(v_tgt: int):
     (True, {}),
     (True, {"qkv_bias": False, "positions": "learned", "activation": "gelu"}),
     (False, {"tie_embeddings": False}),  # separate vocabularies, untied embeddings
+    (True, {"norm": "rmsnorm", "activation": "swiglu"}),  # CT2's rms_norm and ffn_glu
+    (False, {"norm": "rmsnorm", "qkv_bias": False, "tie_embeddings": False}),
 ])
 def test_ctranslate2_log_probs_and_greedy_equal_ours(joint, overrides, tmp_path):
     model = tiny(joint, **overrides)

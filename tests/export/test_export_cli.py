@@ -64,6 +64,27 @@ def test_the_rnn_exports_to_inference_only(rnn_checkpoint, tmp_path):
         assert not (tmp_path / fmt).exists()  # nothing half-written
 
 
+@pytest.mark.parametrize("option, fmt", [("activation=relu2", "ctranslate2"),
+                                         ("norm=rmsnorm", "hf"), ("activation=swiglu", "hf")])
+def test_a_model_option_a_peer_format_cannot_hold_is_named_in_one_line(trained_run, tmp_path,
+                                                                      option, fmt):
+    pytest.importorskip({"hf": "transformers"}.get(fmt, fmt))
+    tokenizer = load_checkpoint(trained_run.run_dir).tokenizer
+    cfg = load_recipe(None, ["model.d_model=16", "model.heads=2", "model.ffn_dim=32",
+                             "model.encoder_layers=1", "model.decoder_layers=1",
+                             f"model.{option}"])
+    torch.manual_seed(0)
+    model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True)
+    save_checkpoint(tmp_path / "option.pt", model, cfg, tokenizer, 1)
+    output = one_error(run(str(tmp_path / "option.pt"), "--format", fmt, "-o",
+                           str(tmp_path / fmt)))
+    key, value = option.split("=")
+    assert f"--format {fmt} cannot hold model.{key}: {value}" in output
+    assert "export this model with --format" in output and "inference" in output
+    assert not (tmp_path / fmt).exists()  # nothing half-written
+    assert run(str(tmp_path / "option.pt"), "-o", str(tmp_path / "inference")).exit_code == 0
+
+
 def test_options_a_format_cannot_take_and_an_occupied_output_are_refused(trained_run, tmp_path):
     ckpt = str(trained_run.best_checkpoint)
     output = one_error(run(ckpt, "--format", "ctranslate2", "--dtype", "bf16", "-o",

@@ -72,11 +72,12 @@ def test_auto_classes_load_the_folder_with_our_search_settings(hf_export, traine
     # the recipe's limit for its longest training source (1.5 * 100 + 10), and the EOS
     assert g.max_new_tokens == int(recipe.decode.max_len_a * recipe.data.max_len
                                    + recipe.decode.max_len_b) + 1 == 161
-def test_learned_positions_survive_saving_and_loading(tmp_path):
+@pytest.mark.parametrize("activation", ["gelu", "relu2"])
+def test_learned_positions_and_activations_survive_saving_and_loading(tmp_path, activation):
     torch.manual_seed(0)
     cfg = TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
                             dropout=0.0, max_positions=64, positions="learned", qkv_bias=False,
-                            activation="gelu")
+                            activation=activation)
     model = build_model(cfg, 40, 40, shared_vocab=True).eval()
     to_pegasus(model).save_pretrained(tmp_path)
     hf = transformers.PegasusForConditionalGeneration.from_pretrained(tmp_path).eval()

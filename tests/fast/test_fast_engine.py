@@ -24,8 +24,13 @@ from translate.search import beam_search, greedy_search
 from translate.training.optim import make_optimizer
 
 V = 40
-CONFIGS = {"transformer": TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2,
-                                            decoder_layers=2, dropout=0.0),
+TRANSFORMER = TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2,
+                                decoder_layers=2, dropout=0.0)
+# the Transformer's model options beside the classic ones: every engine runs each
+OPTIONS = {"rmsnorm-swiglu": {"norm": "rmsnorm", "activation": "swiglu"},
+           "relu2": {"activation": "relu2"}, "gelu": {"activation": "gelu"}}
+CONFIGS = {"transformer": TRANSFORMER,
+           **{f"transformer-{name}": replace(TRANSFORMER, **o) for name, o in OPTIONS.items()},
            "rnn": RNNConfig(embed_dim=32, encoder_hidden=24, decoder_hidden=40, attn_dim=16,
                             dropout=0.0)}
 
@@ -106,24 +111,44 @@ def training_step(engine, model, batch):
     return loss, nll, {name: p.grad for name, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("run", ["trained_run", "trained_rnn_run"])
-def test_fast_training_step_equals_the_plain_one(run, request):
-    """One step of the trained model on real text: the same loss and gradients, within
-    float rounding, from the fast engine's modules and loss as from the plain ones."""
+def real_batch(tokenizer):
+    """Two real sentence pairs as a training batch."""
     from translate.data.batch import collate
     from translate.data.encode import encode_pairs
 
-    loaded = load_checkpoint(request.getfixturevalue(run).run_dir)
     texts = ["A man rides a bike .", "Two dogs play in the snow ."]
-    pairs = encode_pairs(loaded.tokenizer, texts, ["Ein Mann fährt Rad .", "Zwei Hunde ."])
-    batch = collate(pairs.src, pairs.tgt)
-    loss, nll, grads = training_step(PLAIN, loaded.model, batch)
-    fast_loss, fast_nll, fast_grads = training_step(FAST, loaded.model, batch)
+    pairs = encode_pairs(tokenizer, texts, ["Ein Mann fährt Rad .", "Zwei Hunde ."])
+    return collate(pairs.src, pairs.tgt)
+
+
+def assert_same_training_step(model, batch):
+    """The same loss and gradients, within float rounding, from the fast engine's modules and
+    loss as from the plain ones."""
+    loss, nll, grads = training_step(PLAIN, model, batch)
+    fast_loss, fast_nll, fast_grads = training_step(FAST, model, batch)
     torch.testing.assert_close(fast_loss, loss, atol=1e-4, rtol=1e-5)
     torch.testing.assert_close(fast_nll, nll, atol=1e-4, rtol=1e-5)
     assert fast_grads.keys() == grads.keys()
     for name, g in grads.items():
         torch.testing.assert_close(fast_grads[name], g, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("run", ["trained_run", "trained_rnn_run"])
+def test_fast_training_step_equals_the_plain_one(run, request):
+    """One step of the trained model on real text."""
+    loaded = load_checkpoint(request.getfixturevalue(run).run_dir)
+    assert_same_training_step(loaded.model, real_batch(loaded.tokenizer))
+
+
+@pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS.keys())
+def test_fast_training_step_equals_the_plain_one_with_each_model_option(options, trained_run):
+    """One step on real text of a model of the trained run's shape and vocabulary, with an
+    option, drawn afresh."""
+    loaded = load_checkpoint(trained_run.run_dir)
+    torch.manual_seed(0)
+    model = build_model(replace(loaded.recipe.model, **options), loaded.tokenizer.src_vocab_size,
+                        loaded.tokenizer.tgt_vocab_size, loaded.tokenizer.joint)
+    assert_same_training_step(model, real_batch(loaded.tokenizer))
 
 
 def test_auto_engine_is_fast_on_the_cpu_and_names_are_checked():

@@ -1,6 +1,7 @@
 """int8 decoding: the quantized model translates real data as fp32 does, through the CLI too."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import sacrebleu
@@ -13,6 +14,7 @@ from translate.data.batch import pad
 from translate.engine import FAST
 from translate.fast import quantize_int8
 from translate.fast.linear import PackedLinear
+from translate.models import build_model
 from translate.tokens import BOS
 from translate.utils import resolve_precision
 
@@ -89,3 +91,24 @@ def test_int8_is_for_decoding_on_the_cpu(recipe_path, small_data, tmp_path):
     assert ("train.precision: 'int8' is not one of auto, fp32, bf16, fp16 (int8 is for decoding "
             "only" in result.output)
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("options", [{"norm": "rmsnorm", "activation": "swiglu"},
+                                     {"activation": "relu2"}], ids=["rmsnorm-swiglu", "relu2"])
+def test_the_int8_copy_of_a_model_with_an_option_runs_alike_in_both_engines(options, trained_run,
+                                                                             small_data):
+    """Every linear layer int8, the gated network's third one too; the fast engine's int8
+    logits are the plain path's, and both stay near fp32's (a model of the trained run's shape
+    with the option, drawn afresh, on real sentences)."""
+    loaded = load_checkpoint(trained_run.run_dir)
+    torch.manual_seed(0)
+    model = build_model(replace(loaded.recipe.model, **options), loaded.tokenizer.src_vocab_size,
+                        loaded.tokenizer.tgt_vocab_size, loaded.tokenizer.joint).eval()
+    src, tgt = real_batch(loaded, small_data)
+    plain, fast = quantize_int8(model), FAST.prepare(quantize_int8(model))
+    float_types = (torch.nn.Linear, PackedLinear)
+    assert not any(type(m) in float_types for m in plain.modules())
+    with torch.no_grad():
+        fp32, expected, got = (m(src, tgt[:, :-1]) for m in (model, plain, fast))
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert (expected - fp32).abs().mean() < 0.05 * fp32.abs().mean()

@@ -1,13 +1,18 @@
 """The Transformer's building blocks do what the tour says they do: heads split and merge
 without loss, dropout touches attention only in training, the feed-forward network treats
 every position alike, a pre-norm block's residual path is clean, and without positions the
-encoder cannot tell word order."""
+encoder cannot tell word order; the options beside the classic layers (RMSNorm, ReLU², SwiGLU)
+have their defining properties."""
 
+from dataclasses import replace
+
+import pytest
 import torch
 
 from translate.models import TransformerConfig, build_model
 from translate.models.attention import MultiHeadAttention
-from translate.models.transformer import EncoderLayer, FeedForward, sinusoidal_positions
+from translate.models.transformer import (EncoderLayer, FeedForward, make_norm, relu_squared,
+                                          sinusoidal_positions)
 
 D, H = 32, 4
 CFG = TransformerConfig(d_model=D, heads=H, ffn_dim=64, encoder_layers=2, decoder_layers=2,
@@ -77,3 +82,55 @@ def test_sinusoidal_positions_are_sines_and_cosines_of_falling_frequency():
     torch.testing.assert_close(table[:, 1], torch.cos(torch.arange(50.0)))
     slowest = torch.sin(torch.arange(50.0) * 10000 ** (-(D - 2) / D))
     torch.testing.assert_close(table[:, D - 2], slowest)
+
+
+def test_rmsnorm_divides_by_the_root_mean_square_and_keeps_the_mean():
+    """RMSNorm's output is the same for x and c * x (c > 0), as LayerNorm's is; unlike
+    LayerNorm it subtracts no mean, so adding a constant to every channel changes it."""
+    rms, layer = (make_norm(replace(CFG, norm=norm)) for norm in ("rmsnorm", "layernorm"))
+    assert isinstance(rms, torch.nn.RMSNorm) and isinstance(layer, torch.nn.LayerNorm)
+    assert [name for name, _ in rms.named_parameters()] == ["weight"]  # a scale, no shift
+    torch.manual_seed(0)
+    torch.nn.init.normal_(rms.weight)
+    x = torch.randn(2, 5, D)
+    # the same to its epsilon (1e-5 beside a mean square near 1)
+    torch.testing.assert_close(rms(x * 37.5), rms(x), atol=1e-4, rtol=1e-4)
+    root_mean_square = (x.square().mean(-1, keepdim=True) + rms.eps).sqrt()  # (2, 5, 1)
+    torch.testing.assert_close(rms(x), x / root_mean_square * rms.weight)
+    shifted = x + 3.0
+    torch.testing.assert_close(layer(shifted), layer(x), atol=1e-5, rtol=1e-5)  # mean removed
+    assert not torch.allclose(rms(shifted), rms(x), atol=0.1)  # kept
+
+
+def test_relu2_is_relu_squared():
+    torch.manual_seed(0)
+    x = torch.randn(3, 7, D) * 3
+    assert torch.equal(relu_squared(x), torch.relu(x) ** 2)
+    ffn = FeedForward(replace(CFG, activation="relu2")).eval()
+    assert ffn.fc3 is None
+    torch.testing.assert_close(ffn(x), ffn.fc2(torch.relu(ffn.fc1(x)) ** 2))
+
+
+def test_swiglu_gates_a_second_projection_and_a_closed_gate_passes_nothing():
+    """W2(SiLU(W1 x) * W3 x): with W1 x zero (the gate closed, SiLU(0) = 0) the network adds
+    only fc2's bias, whatever x and W3."""
+    torch.manual_seed(0)
+    ffn = FeedForward(replace(CFG, activation="swiglu")).eval()
+    x = torch.randn(3, 7, D) * 3
+    expected = ffn.fc2(torch.nn.functional.silu(ffn.fc1(x)) * ffn.fc3(x))
+    torch.testing.assert_close(ffn(x), expected)
+    torch.nn.init.zeros_(ffn.fc1.weight)
+    torch.nn.init.zeros_(ffn.fc1.bias)
+    torch.testing.assert_close(ffn(x), ffn.fc2.bias.expand_as(x), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("d_model, ffn_dim", [(256, 1024), (512, 2048), (1024, 4096)])
+def test_the_gated_network_has_the_plain_ones_parameters_within_one_percent(d_model, ffn_dim):
+    """At the recipes' sizes (Multi30k, WMT14 base and big) an ffn_dim buys SwiGLU's three
+    matrices of about 2/3 the width as many parameters as the plain two."""
+    cfg = replace(CFG, d_model=d_model, ffn_dim=ffn_dim)
+    with torch.device("meta"):  # shapes only
+        plain, gated = FeedForward(cfg), FeedForward(replace(cfg, activation="swiglu"))
+    count = [sum(p.numel() for p in ffn.parameters()) for ffn in (plain, gated)]
+    assert gated.fc1.out_features % 8 == 0 and gated.fc3.out_features == gated.fc1.out_features
+    assert abs(count[1] - count[0]) <= 0.01 * count[0], count

@@ -1,6 +1,9 @@
+import json
+
 import pytest
 import torch
 
+from conftest import take_steps, tiny_trainer
 from translate.models import TransformerConfig, build_model, count_parameters
 from translate.search import greedy_search
 from translate.tokens import PAD
@@ -8,11 +11,16 @@ from translate.tokens import PAD
 V = 50
 
 
-@pytest.fixture
-def model():
+# the model options beside the classic ones, each model test run with each
+OPTIONS = {"classic": {}, "rmsnorm-swiglu": {"norm": "rmsnorm", "activation": "swiglu"},
+           "relu2": {"activation": "relu2"}}
+
+
+@pytest.fixture(params=OPTIONS.values(), ids=OPTIONS.keys())
+def model(request):
     torch.manual_seed(0)
     cfg = TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
-                            dropout=0.0)
+                            dropout=0.0, **request.param)
     return build_model(cfg, V, V, shared_vocab=True).eval()
 
 
@@ -73,9 +81,34 @@ def test_learned_positions_and_gelu_build_and_run():
     assert m(src, tgt).shape == (2, 5, V + 10)
 
 
-def test_unknown_activation_is_a_clear_error():
+def test_unknown_activation_or_norm_is_a_clear_error():
     with pytest.raises(ValueError, match="model.activation must be one of"):
         build_model(TransformerConfig(d_model=32, heads=2, activation="swish"), V, V, True)
+    with pytest.raises(ValueError, match="model.norm must be one of"):
+        build_model(TransformerConfig(d_model=32, heads=2, norm="batchnorm"), V, V, True)
+
+
+def test_every_norm_is_the_configured_one(model):
+    kind = {"layernorm": torch.nn.LayerNorm, "rmsnorm": torch.nn.RMSNorm}[model.cfg.norm]
+    norms = [name for name, m in model.named_modules() if isinstance(m, kind)]
+    assert len(norms) == 2 * 2 + 2 * 3 + 2  # two per encoder layer, three per decoder layer, final
+    assert not any(isinstance(m, (torch.nn.LayerNorm, torch.nn.RMSNorm)) and not isinstance(m, kind)
+                   for m in model.modules())
+
+
+@pytest.mark.parametrize("options", ["model.norm=rmsnorm", "model.activation=swiglu",
+                                     "model.activation=relu2"])
+def test_a_model_with_an_option_learns_real_data(options, recipe_path, small_data, tmp_path):
+    """30 steps of the tiny recipe on the Multi30k sample: the loss falls as the classic
+    model's does."""
+    trainer = take_steps(tiny_trainer(recipe_path, small_data, tmp_path / "run", options,
+                                      "train.eval_every=0", "train.save_every=0",
+                                      "train.log_every=1"), 30)
+    trainer.metrics.close()
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    losses = [r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"]
+    assert len(losses) == 30 and losses[0] > 6.5
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.7, losses
 
 
 def test_too_long_input_is_a_clear_error(model):
@@ -119,6 +152,9 @@ def test_a_model_that_cannot_be_allocated_is_a_clear_error():
     ("transformer", {}), ("transformer", {"tie_embeddings": False}),
     ("transformer", {"positions": "learned", "encoder_layers": 1, "ffn_dim": 48}),
     ("transformer", {"qkv_bias": False, "decoder_layers": 2, "activation": "gelu"}),
+    ("transformer", {"norm": "rmsnorm", "activation": "relu2"}),
+    ("transformer", {"activation": "swiglu", "ffn_dim": 100, "qkv_bias": False}),
+    ("transformer", {"norm": "rmsnorm", "activation": "swiglu", "positions": "learned"}),
     ("rnn", {}), ("rnn", {"cell": "lstm", "encoder_layers": 2}),
     ("rnn", {"tie_embeddings": False, "attn_dim": 24, "encoder_layers": 3}),
 ])

@@ -77,7 +77,7 @@ def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = N
                           "['data', 'decode', 'model', 'tokenizer', 'train']")
     raw = without_retired_keys(raw)
     if resolved:
-        raw = upgrade_recipe(raw)
+        raw = upgrade_recipe(in_todays_keys(raw))
     sections = {}
     for name, cls in SECTIONS.items():
         values = dict(_section(raw, name, where))
@@ -96,14 +96,31 @@ def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = N
 # matmul) is the fast engine's choice now (`translate.engine.fast_engine`), on by default, and
 # either way the outputs are the same to float rounding.
 RETIRED_MODEL_KEYS = ("fused_qkv",)
+# Model keys added since, per arch, with the value every recipe saved before them had: not
+# today's default, which may change, but what those models compute. A saved recipe gets them
+# wherever it is read (loading, export, resuming, whose check compares the saved model section
+# with the run's); a recipe a person writes gets today's defaults.
+ADDED_MODEL_KEYS = {"transformer": {"norm": "layernorm"}}
 
 
 def without_retired_keys(recipe: dict) -> dict:
-    """A saved recipe in today's keys: its model section without RETIRED_MODEL_KEYS."""
+    """A recipe in today's keys: its model section without RETIRED_MODEL_KEYS."""
     model = recipe.get("model")
     if not isinstance(model, dict) or not any(key in model for key in RETIRED_MODEL_KEYS):
         return recipe
     return {**recipe, "model": {k: v for k, v in model.items() if k not in RETIRED_MODEL_KEYS}}
+
+
+def in_todays_keys(recipe: dict) -> dict:
+    """A recipe a run saved, in today's keys: without RETIRED_MODEL_KEYS, and with the
+    ADDED_MODEL_KEYS it lacks."""
+    recipe = without_retired_keys(recipe)
+    model = recipe.get("model")
+    arch = model.get("arch", "transformer") if isinstance(model, dict) else None
+    added = ADDED_MODEL_KEYS.get(arch, {}) if isinstance(arch, str) else {}
+    if not added or added.keys() <= model.keys():
+        return recipe
+    return {**recipe, "model": {**added, **model}}
 
 
 def upgrade_recipe(raw: dict) -> dict:

@@ -1,12 +1,13 @@
 """CTranslate2 export: our Transformer as a CTranslate2 TransformerSpec, and `decode`, which runs
 it as `translate decode` runs ours.
 
-The conversion is exact (to float rounding): pre-norm layers with final LayerNorms and our
-epsilon, sqrt(D)-scaled embeddings, our position table (sinusoidal or learned) written into
-CTranslate2's position encodings, Q/K/V fused as CTranslate2 wants them (one (3D, D) matrix for
-self-attention; Q, and K/V fused, for cross-attention), joint or separate vocabularies, tied or
-untied embeddings. CTranslate2 appends the source EOS itself (`add_source_eos`): a user passes
-SentencePiece pieces, nothing else.
+The conversion is exact (to float rounding): pre-norm layers with final LayerNorms or RMSNorms
+and our epsilon, sqrt(D)-scaled embeddings, our position table (sinusoidal or learned) written
+into CTranslate2's position encodings, Q/K/V fused as CTranslate2 wants them (one (3D, D) matrix
+for self-attention; Q, and K/V fused, for cross-attention), ReLU, GELU or the gated SwiGLU
+feed-forward network, joint or separate vocabularies, tied or untied embeddings (CTranslate2
+has no ReLU²: such a model is refused). CTranslate2 appends the source EOS itself
+(`add_source_eos`): a user passes SentencePiece pieces, nothing else.
 
 Where CTranslate2's search is not ours, and what `decode` asks of `translate_batch` for it:
   - Length limit: ours is per sentence, a * |src| + b tokens (|src| with EOS; 1.5 and 10 by
@@ -48,7 +49,8 @@ from torch import nn
 
 from translate.config import DecodeConfig
 from translate.data.batch import pad
-from translate.export import transformer_only
+from translate.export import ExportError, transformer_only
+from translate.models.transformer import GATED
 from translate.search import output_limits
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD
@@ -88,13 +90,20 @@ def to_ctranslate2(model: nn.Module, src_vocab: list[str], tgt_vocab: list[str],
 
 def _transformer_spec(model: nn.Module):
     """An empty CTranslate2 TransformerSpec of `model`'s shape: pre-norm layers, our
-    activation and LayerNorm epsilon, the source EOS appended by CTranslate2."""
+    activation (gated or not), norm and its epsilon, the source EOS appended by CTranslate2."""
     from ctranslate2.specs import common_spec, transformer_spec
 
-    act = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
+    act = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
+           "swiglu": common_spec.Activation.SWISH}  # SWISH is SiLU, x * sigmoid(x)
+    cfg = model.cfg
+    if cfg.activation not in act:
+        raise ExportError(f"--format ctranslate2 cannot hold model.activation: "
+                          f"{cfg.activation} (CTranslate2 has no such activation); export this "
+                          f"model with --format inference")
     spec = transformer_spec.TransformerSpec.from_config(
-        (model.cfg.encoder_layers, model.cfg.decoder_layers), model.cfg.heads, pre_norm=True,
-        activation=act[model.cfg.activation], with_relative_position=False)
+        (cfg.encoder_layers, cfg.decoder_layers), cfg.heads, pre_norm=True,
+        activation=act[cfg.activation], ffn_glu=cfg.activation in GATED,
+        rms_norm=cfg.norm == "rmsnorm", with_relative_position=False)
     spec.config.layer_norm_epsilon = model.encoder_norm.eps  # CT2's default differs
     spec.config.add_source_eos = True  # our encoder reads pieces + EOS
     return spec
@@ -131,11 +140,14 @@ def _linear(s, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         s.bias = _array(bias)
 
 
-def _norm(s, ln: nn.LayerNorm) -> None:
-    s.gamma, s.beta = _array(ln.weight), _array(ln.bias)
+def _norm(s, norm: nn.Module) -> None:
+    """A LayerNorm's scale and shift, or an RMSNorm's scale."""
+    s.gamma = _array(norm.weight)
+    if getattr(norm, "bias", None) is not None:
+        s.beta = _array(norm.bias)
 
 
-def _attention(s, module: nn.Module, ln: nn.LayerNorm, cross: bool) -> None:
+def _attention(s, module: nn.Module, ln: nn.Module, cross: bool) -> None:
     """An attention block: Q, K and V fused into one (3D, D) matrix for self-attention; Q, and
     K and V fused, for cross-attention."""
     parts = [module.q_proj, module.k_proj, module.v_proj]
@@ -151,8 +163,11 @@ def _attention(s, module: nn.Module, ln: nn.LayerNorm, cross: bool) -> None:
     _norm(s.layer_norm, ln)
 
 
-def _feed_forward(s, module: nn.Module, ln: nn.LayerNorm) -> None:
+def _feed_forward(s, module: nn.Module, ln: nn.Module) -> None:
+    """The feed-forward block; gated, CT2's linear_0 is activated and scales linear_0_noact."""
     _linear(s.linear_0, module.fc1.weight, module.fc1.bias)
+    if module.fc3 is not None:
+        _linear(s.linear_0_noact, module.fc3.weight, module.fc3.bias)
     _linear(s.linear_1, module.fc2.weight, module.fc2.bias)
     _norm(s.layer_norm, ln)
 

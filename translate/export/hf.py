@@ -6,7 +6,9 @@ padding=True))` translates.
 Pegasus is, like ours, a pre-norm encoder-decoder with final LayerNorms, sqrt(D)-scaled
 embeddings, biased Q/K/V projections and one embedding shared by the encoder, the decoder and
 the output; its position table is an ordinary weight, read from position 0, so ours (sinusoidal
-or learned) is written into it as it is and the logits are ours to float rounding.
+or learned) is written into it as it is and the logits are ours to float rounding. Its
+feed-forward network takes any activation transformers names (relu, gelu, relu2), ungated, and
+its norms are LayerNorms: a model with RMSNorms or SwiGLU is refused (`check_expressible`).
 
 Why not M2M100, the other pre-norm model there: its sinusoidal table is a non-persistent
 buffer that `from_pretrained` recomputes (other frequencies, sin and cos halves rather than
@@ -27,7 +29,7 @@ from torch import nn
 
 from translate.config import Recipe
 from translate.export import ExportError, transformer_only
-from translate.models.transformer import Transformer
+from translate.models.transformer import GATED, Transformer
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD, SPECIAL_IDS
 
@@ -41,6 +43,19 @@ def check_tied(model: Transformer) -> None:
                           "or inference")
 
 
+def check_expressible(model: Transformer) -> None:
+    """Pegasus's norms subtract the mean and its feed-forward network has no gate."""
+    cfg = model.cfg
+    if cfg.norm != "layernorm":
+        raise ExportError(f"--format hf cannot hold model.norm: {cfg.norm} (Pegasus's norms are "
+                          f"LayerNorms); export this model with --format ctranslate2 or "
+                          f"inference")
+    if cfg.activation in GATED:
+        raise ExportError(f"--format hf cannot hold model.activation: {cfg.activation} "
+                          f"(Pegasus's feed-forward network has no gate); export this model "
+                          f"with --format ctranslate2 or inference")
+
+
 @torch.no_grad()
 def to_pegasus(model: nn.Module) -> nn.Module:
     """An HF PegasusForConditionalGeneration that computes what `model` computes."""
@@ -48,6 +63,7 @@ def to_pegasus(model: nn.Module) -> nn.Module:
 
     model = transformer_only(model, "hf")
     check_tied(model)
+    check_expressible(model)
     c = model.cfg
     hf = PegasusForConditionalGeneration(PegasusConfig(
         vocab_size=model.output.out_features, d_model=c.d_model, encoder_layers=c.encoder_layers,

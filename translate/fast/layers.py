@@ -20,7 +20,7 @@ from torch import nn
 from torch.ao.nn.intrinsic.quantized.dynamic import LinearReLU as QuantizedLinearReLU
 
 from translate.fast.attention import MemoryKV, PackedKVCache
-from translate.fast.linear import PackedLinear
+from translate.fast.linear import POST_OPS, PackedLinear
 from translate.models.rnn import AdditiveAttention, RNNSeq2Seq, RNNState
 from translate.models.transformer import (ACTIVATIONS, DecoderState, FeedForward, Memory,
                                           Transformer)
@@ -91,9 +91,12 @@ class GroupedAdditiveAttention(AdditiveAttention):
 
 class FusedFeedForward(FeedForward):
     """FeedForward whose activation oneDNN applies as it writes fc1's output (fp32 inference
-    on the CPU), as an int8 copy's fc1 does with ReLU."""
+    on the CPU), as an int8 copy's fc1 does with ReLU: for relu and gelu, ungated. Other
+    activations and gated networks run the textbook's forward (on packed weights)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fc3 is not None or self.activation not in POST_OPS:
+            return super().forward(x)
         if isinstance(self.fc1, PackedLinear):
             hidden = self.fc1(x, self.activation)
         elif isinstance(self.fc1, QuantizedLinearReLU):  # an int8 copy's fc1 applies ReLU itself

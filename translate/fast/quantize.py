@@ -40,7 +40,7 @@ def quantize_int8(model: nn.Module) -> nn.Module:
 
     Dynamic quantization: weights are quantized once, activations per batch on the fly, and the
     matmuls run in int8, in the RNN decoder's cell too (the encoder's GRU or LSTM, run once
-    per sentence, stays fp32, as do embeddings and LayerNorms); the original model is left as
+    per sentence, stays fp32, as do embeddings and norms); the original model is left as
     it was. Attention modules also get their joined projections (`JOINED`), which the
     fast engine uses and the plain one ignores.
     """

@@ -13,6 +13,13 @@ Attention is how positions talk to each other; the feed-forward network is where
 computes on what it gathered. Pre-norm blocks (LayerNorm before each sublayer, the residual
 path left clean) train stably without a long warm-up.
 
+Options beside the classic choices (the config's `norm` and `activation`):
+    norm: rmsnorm       every LayerNorm above an RMSNorm (Zhang & Sennrich, 2019): divide by
+                        the root mean square and scale; no mean subtracted, no shift
+    activation: relu2   ReLU(x)^2 in the feed-forward network (So et al., 2021, Primer)
+    activation: swiglu  a gated feed-forward network, W2(SiLU(W1 x) * W3 x) (Shazeer, 2020),
+                        its hidden width about 2/3 of ffn_dim: about the plain one's parameters
+
 Shapes: B batch, S source length, T target length, D d_model, V vocabulary.
 """
 
@@ -29,7 +36,20 @@ from translate.models.attention import (CROSS, DECODER_SELF, ENCODER_SELF, KVCac
                                         MultiHeadAttention, padding_mask)
 from translate.tokens import PAD
 
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+def relu_squared(x: torch.Tensor) -> torch.Tensor:
+    """ReLU(x)^2: zero below 0, a parabola above it."""
+    return F.relu(x).square()
+
+
+# The feed-forward network's activations. A gated one (GATED) multiplies the activation of one
+# projection of the input by a second projection: swiglu is SiLU, x * sigmoid(x), gated.
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "relu2": relu_squared, "swiglu": F.silu}
+GATED = ("swiglu",)
+# The block and final norms: both divide each position's vector by its spread and scale it;
+# LayerNorm first subtracts its mean and adds a learned shift, RMSNorm does neither.
+NORMS = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}
+NORM_EPS = 1e-5  # both norms': LayerNorm's default (RMSNorm's follows the dtype)
 
 
 @dataclass(frozen=True)
@@ -46,7 +66,10 @@ class TransformerConfig:
     attn_dropout: float = field(default=0.0, metadata={"below": 1})  # on attention weights
     # on the FFN hidden layer
     activation_dropout: float = field(default=0.0, metadata={"below": 1})
+    # the FFN's; swiglu is gated, with a hidden width of about 2/3 ffn_dim (`ffn_hidden`)
     activation: str = field(default="relu", metadata={"choices": tuple(ACTIVATIONS)})
+    # every block's norms and the final ones
+    norm: str = field(default="layernorm", metadata={"choices": tuple(NORMS)})
     positions: str = field(default="sinusoidal", metadata={"choices": ("sinusoidal", "learned")})
     max_positions: int = field(default=1024, metadata={"min": 1, "max": 1 << 20})
     qkv_bias: bool = True
@@ -55,16 +78,25 @@ class TransformerConfig:
     def parameter_count(self, src_vocab: int, tgt_vocab: int, shared_vocab: bool = False) -> int:
         """The parameters `Transformer(self, src_vocab, tgt_vocab, shared_vocab)` has, each
         tied tensor once, counted from the config alone (nothing is built)."""
-        D, Dff, P = self.d_model, self.ffn_dim, self.max_positions
+        D, Dff, P = self.d_model, self.ffn_hidden(), self.max_positions
         attention = 4 * D * D + D + (3 * D if self.qkv_bias else 0)  # Q, K, V, out
-        ffn = 2 * D * Dff + Dff + D
-        norm = 2 * D  # LayerNorm's weight and bias
+        inputs = 2 if self.activation in GATED else 1  # projections of the input: W1 (, W3)
+        ffn = inputs * (D * Dff + Dff) + Dff * D + D
+        norm = 2 * D if self.norm == "layernorm" else D  # a weight and a bias, or a weight
         encoder = self.encoder_layers * (attention + ffn + 2 * norm)
         decoder = self.decoder_layers * (2 * attention + ffn + 3 * norm)
         src = 0 if self.tie_embeddings and shared_vocab else src_vocab * D
         positions = 2 * P * D if self.positions == "learned" else 0  # one table per side
         output = 0 if self.tie_embeddings else D * tgt_vocab
         return tgt_vocab * D + src + positions + encoder + decoder + 2 * norm + output
+
+    def ffn_hidden(self) -> int:
+        """The feed-forward network's hidden width: ffn_dim, or for a gated network, whose
+        three matrices would hold 1.5 times the plain two's parameters at that width, about
+        2/3 of it, to a multiple of 8."""
+        if self.activation not in GATED:
+            return self.ffn_dim
+        return max(8, 8 * round(self.ffn_dim * 2 / 3 / 8))
 
 
 @dataclass
@@ -140,31 +172,48 @@ class Embedding(nn.Module):
         return self.dropout(self.tokens(ids) * self.scale + positions.to(self.tokens.weight.dtype))
 
 
+def make_norm(cfg: TransformerConfig) -> nn.Module:
+    """The norm the config names (`NORMS`), over the D channels of each position."""
+    if cfg.norm not in NORMS:
+        raise ValueError(f"model.norm must be one of {sorted(NORMS)}, got {cfg.norm!r}")
+    return NORMS[cfg.norm](cfg.d_model, eps=NORM_EPS)
+
+
 class FeedForward(nn.Module):
-    """Position-wise: D -> ffn_dim -> activation -> D, the same for every position."""
+    """Position-wise: D -> hidden -> activation -> D, the same for every position.
+
+    Gated (`GATED`): the activation of fc1's projection scales fc3's projection of the same
+    input, element by element, before fc2: W2(act(W1 x) * W3 x). Its hidden width is
+    `cfg.ffn_hidden()`, about 2/3 of ffn_dim, so that it has about the plain network's
+    parameters.
+    """
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         if cfg.activation not in ACTIVATIONS:
             raise ValueError(f"model.activation must be one of {sorted(ACTIVATIONS)}, "
                              f"got {cfg.activation!r}")
-        self.fc1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
+        hidden = cfg.ffn_hidden()
+        self.fc1 = nn.Linear(cfg.d_model, hidden)
         self.activation = cfg.activation
         self.dropout = nn.Dropout(cfg.activation_dropout)
-        self.fc2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
+        self.fc2 = nn.Linear(hidden, cfg.d_model)
+        self.fc3 = nn.Linear(cfg.d_model, hidden) if cfg.activation in GATED else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = ACTIVATIONS[self.activation](self.fc1(x))  # (B, L, ffn_dim)
+        hidden = ACTIVATIONS[self.activation](self.fc1(x))  # (B, L, hidden)
+        if self.fc3 is not None:
+            hidden = hidden * self.fc3(x)  # gated by the activation: (B, L, hidden)
         return self.fc2(self.dropout(hidden))  # (B, L, D)
 
 
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig, layer: int):
         super().__init__()
-        self.norm1 = nn.LayerNorm(cfg.d_model)
+        self.norm1 = make_norm(cfg)
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout,
                                             cfg.qkv_bias, ENCODER_SELF, layer)
-        self.norm2 = nn.LayerNorm(cfg.d_model)
+        self.norm2 = make_norm(cfg)
         self.ffn = FeedForward(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
 
@@ -178,11 +227,11 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig, layer: int):
         super().__init__()
         D, H, p, bias = cfg.d_model, cfg.heads, cfg.attn_dropout, cfg.qkv_bias
-        self.norm1 = nn.LayerNorm(D)
+        self.norm1 = make_norm(cfg)
         self.self_attn = MultiHeadAttention(D, H, p, bias, DECODER_SELF, layer)
-        self.norm2 = nn.LayerNorm(D)
+        self.norm2 = make_norm(cfg)
         self.cross_attn = MultiHeadAttention(D, H, p, bias, CROSS, layer)
-        self.norm3 = nn.LayerNorm(D)
+        self.norm3 = make_norm(cfg)
         self.ffn = FeedForward(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
 
@@ -213,9 +262,9 @@ class Transformer(nn.Module):
         self.src_embed = Embedding(src_vocab, cfg, tgt_tokens if share_src else None)
         self.tgt_embed = Embedding(tgt_vocab, cfg, tgt_tokens)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg, i) for i in range(cfg.encoder_layers))
-        self.encoder_norm = nn.LayerNorm(cfg.d_model)
+        self.encoder_norm = make_norm(cfg)
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.decoder_layers))
-        self.decoder_norm = nn.LayerNorm(cfg.d_model)
+        self.decoder_norm = make_norm(cfg)
         self.output = nn.Linear(cfg.d_model, tgt_vocab, bias=False)
         self._init_weights()
         if cfg.tie_embeddings:
