@@ -372,7 +372,10 @@ TRAINER_STATE = ("epoch", "position", "elapsed", "train_seconds", "best_bleu", "
 def missing_state(data: dict) -> str | None:
     """The first part of a training state the checkpoint lacks (None: it can be resumed from);
     a checkpoint for decoding (an average, an export's) has none."""
-    missing = [key for key in RESUME_STATE if key not in data]
+    train = data["recipe"].get("train")
+    muon = isinstance(train, dict) and train.get("optimizer") == "muon"
+    missing = [key for key in (*RESUME_STATE, *(("muon", "muon_scheduler") if muon else ()))
+               if key not in data]
     if missing:
         return missing[0]
     if not isinstance(data["trainer"], dict):
