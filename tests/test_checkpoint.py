@@ -1,14 +1,16 @@
 """Checkpoints saved by older versions still load: a model config key that is no longer the
-model's (`config.RETIRED_MODEL_KEYS`) is dropped wherever a checkpoint is read."""
+model's (`config.RETIRED_MODEL_KEYS`) is dropped wherever a checkpoint is read, and one added
+since takes its default."""
 
 import pytest
 import torch
 import yaml
 
-from conftest import untrained_model
+from conftest import read_jsonl, untrained_model
 from translate.checkpoint import (load_checkpoint, read_checkpoint, save_checkpoint,
                                   write_checkpoint)
 from translate.config import ConfigError, load_recipe
+from translate.inference import translate_sentences
 from translate.model_folder import write_model_folder
 from translate.training.checkpoints import check_resumable
 
@@ -49,3 +51,30 @@ def test_an_old_recipe_with_fused_qkv_loads(recipe_path, tmp_path):
     old.write_text(yaml.safe_dump(raw), encoding="utf-8")
     with pytest.raises(ConfigError, match="fused_qkvs"):
         load_recipe(old)
+
+
+def test_a_checkpoint_saved_before_a_model_key_existed_loads_resumes_and_decodes_alike(
+        small_data, tmp_path):
+    """A key added to the model takes its default, the model the checkpoint was, wherever a
+    checkpoint is read: the saved model section then equals the run's (so it resumes), and
+    the model loads and translates as the one saved (and from a folder exported from it)."""
+    cfg, tokenizer, model = untrained_model(small_data)
+    path = tmp_path / "run" / "last.pt"
+    path.parent.mkdir()
+    save_checkpoint(path, model, cfg, tokenizer, 7, {"trainer": {"elapsed": 1.0}})
+    old = torch.load(path, weights_only=True)
+    del old["recipe"]["model"]["tie_embeddings"]  # as if saved before the key existed
+    write_checkpoint(path, old)
+
+    data = read_checkpoint(path)
+    assert data["recipe"]["model"] == cfg.to_dict()["model"]
+    check_resumable(path, data, cfg)
+    write_model_folder(old, tmp_path / "exported")
+    sources = [row["en"] for row in read_jsonl(small_data / "test_2016_flickr.jsonl", 10)]
+    expected = translate_sentences(model.eval(), tokenizer, sources, cfg.decode)
+    for source in (path, tmp_path / "exported"):
+        loaded = load_checkpoint(source)
+        assert loaded.recipe.model == cfg.model and loaded.recipe.model.tie_embeddings
+        assert loaded.model.state_dict().keys() == model.state_dict().keys()
+        assert translate_sentences(loaded.model, loaded.tokenizer, sources,
+                                   cfg.decode) == expected

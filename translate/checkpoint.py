@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from translate.config import Recipe, recipe_from_dict, without_retired_keys
+from translate.config import Recipe, in_todays_keys, recipe_from_dict
 from translate.files import UnsafeFileError, copy_into, describe, open_regular, same_file
 from translate.model_folder import ModelFolderError, is_model_folder, read_model_folder
 from translate.models import build_model
@@ -342,10 +342,9 @@ def upgrade_state_dict(state: dict) -> dict:
 
 
 def _todays_recipe(data: dict) -> dict:
-    """A checkpoint's dict with its recipe in today's keys (`config.without_retired_keys`), for
-    every reader:
-    loading, resuming (whose check compares the saved model section), averaging, export."""
-    return {**data, "recipe": without_retired_keys(data["recipe"])}
+    """A checkpoint's dict with its recipe in today's keys (`config.in_todays_keys`), for every
+    reader: loading, resuming (whose check compares the saved model section), averaging, export."""
+    return {**data, "recipe": in_todays_keys(data["recipe"])}
 
 
 def _resumable(path: Path, verify: bool) -> dict | None:

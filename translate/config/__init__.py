@@ -20,13 +20,13 @@ A run folder's paths (a data folder saved relative to the run) are translate.run
 """
 
 from translate.config.checks import ConfigError, checked, decode_options
-from translate.config.loader import (RESUME_KEYS, RETIRED_MODEL_KEYS, load_recipe,
-                                     recipe_from_dict, resume_overrides, upgrade_recipe,
-                                     without_retired_keys)
+from translate.config.loader import (RESUME_KEYS, RETIRED_MODEL_KEYS, in_todays_keys,
+                                     load_recipe, recipe_from_dict, resume_overrides,
+                                     upgrade_recipe)
 from translate.config.schema import (SECTIONS, DataConfig, DecodeConfig, Recipe, TokenizerConfig,
                                      TrainConfig, to_plain)
 
 __all__ = ["RESUME_KEYS", "SECTIONS", "ConfigError", "DataConfig", "DecodeConfig", "Recipe",
            "TokenizerConfig", "TrainConfig", "checked", "decode_options", "load_recipe",
            "recipe_from_dict", "resume_overrides", "to_plain", "upgrade_recipe",
-           "without_retired_keys", "RETIRED_MODEL_KEYS"]
+           "in_todays_keys", "RETIRED_MODEL_KEYS"]

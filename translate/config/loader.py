@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,8 @@ import yaml
 
 from translate import yaml_limits
 from translate.config.checks import ConfigError, build_section
-from translate.config.schema import SECTIONS, DecodeConfig, Recipe, TokenizerConfig
+from translate.config.schema import (SECTIONS, DecodeConfig, Recipe, TokenizerConfig,
+                                     to_plain)
 from translate.models import MODELS
 from translate.paths import path_from
 
@@ -75,7 +77,7 @@ def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = N
     if unknown:
         raise ConfigError(f"{where}: unknown section(s) {sorted(unknown, key=str)}; valid: "
                           "['data', 'decode', 'model', 'tokenizer', 'train']")
-    raw = without_retired_keys(raw)
+    raw = in_todays_keys(raw)
     if resolved:
         raw = upgrade_recipe(raw)
     sections = {}
@@ -98,12 +100,23 @@ def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = N
 RETIRED_MODEL_KEYS = ("fused_qkv",)
 
 
-def without_retired_keys(recipe: dict) -> dict:
-    """A saved recipe in today's keys: its model section without RETIRED_MODEL_KEYS."""
+def in_todays_keys(recipe: dict) -> dict:
+    """A saved recipe in today's keys: its model section without RETIRED_MODEL_KEYS, and with
+    the keys added since it was saved at their defaults (a model key's default is what the
+    model did before the key existed), so that it equals the section today's version saves
+    for the same model (resuming compares the two)."""
     model = recipe.get("model")
-    if not isinstance(model, dict) or not any(key in model for key in RETIRED_MODEL_KEYS):
+    if not isinstance(model, dict):
         return recipe
-    return {**recipe, "model": {k: v for k, v in model.items() if k not in RETIRED_MODEL_KEYS}}
+    arch = model.get("arch", "transformer")
+    entry = MODELS.get(arch) if isinstance(arch, str) else None  # else refused when built
+    added = {} if entry is None else {
+        f.name: to_plain(f.default) for f in dataclasses.fields(entry.config)
+        if f.name not in model and f.default is not dataclasses.MISSING}
+    if not added and not any(key in model for key in RETIRED_MODEL_KEYS):
+        return recipe
+    kept = {k: v for k, v in model.items() if k not in RETIRED_MODEL_KEYS}
+    return {**recipe, "model": {**kept, **added}}
 
 
 def upgrade_recipe(raw: dict) -> dict:
