@@ -63,7 +63,7 @@ def test_a_checkpoint_saved_before_a_model_key_existed_loads_resumes_and_decodes
     path.parent.mkdir()
     save_checkpoint(path, model, cfg, tokenizer, 7, {"trainer": {"elapsed": 1.0}})
     old = torch.load(path, weights_only=True)
-    del old["recipe"]["model"]["tie_embeddings"]  # as if saved before the key existed
+    del old["recipe"]["model"]["qk_norm"]  # as every checkpoint before the key saved it
     write_checkpoint(path, old)
 
     data = read_checkpoint(path)
@@ -74,7 +74,7 @@ def test_a_checkpoint_saved_before_a_model_key_existed_loads_resumes_and_decodes
     expected = translate_sentences(model.eval(), tokenizer, sources, cfg.decode)
     for source in (path, tmp_path / "exported"):
         loaded = load_checkpoint(source)
-        assert loaded.recipe.model == cfg.model and loaded.recipe.model.tie_embeddings
+        assert loaded.recipe.model == cfg.model and not loaded.recipe.model.qk_norm
         assert loaded.model.state_dict().keys() == model.state_dict().keys()
         assert translate_sentences(loaded.model, loaded.tokenizer, sources,
                                    cfg.decode) == expected

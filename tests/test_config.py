@@ -18,6 +18,13 @@ def test_overrides_are_parsed_and_typed(recipe_path):
     assert r.train.max_minutes == 5.0 and r.data.splits["dev"] == "val"
 
 
+def test_the_attention_options_are_model_keys_off_by_default(recipe_path):
+    default = load_recipe(recipe_path).model
+    assert (default.positions, default.qk_norm) == ("sinusoidal", False)
+    r = load_recipe(recipe_path, ["model.positions=rope", "model.qk_norm=true"])
+    assert (r.model.positions, r.model.qk_norm) == ("rope", True)
+
+
 def test_unknown_key_lists_valid_keys(recipe_path):
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['layers'\].*encoder_layers"):
         load_recipe(recipe_path, ["model.layers=4"])
@@ -37,6 +44,9 @@ def test_unknown_key_in_file_names_the_file(tmp_path):
     ("lr=3", "must be section.key"),
     ("model.arch=lstm", "model.arch 'lstm' is unknown"),
     ("optim.lr=3", "unknown section"),
+    ("model.positions=rotary", "'rotary' is not one of sinusoidal, learned, rope "
+                               r"\(rotary position embeddings are rope\)"),
+    ("model.qk_norm=yes please", "model.qk_norm: expected true/false"),
 ])
 def test_bad_overrides_are_clear_errors(recipe_path, override, message):
     with pytest.raises(ConfigError, match=message):

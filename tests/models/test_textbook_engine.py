@@ -18,15 +18,17 @@ from translate.models import attention
 from translate.search import beam_search
 
 
-def model_pair():
+def model_pair(**options):
     torch.manual_seed(0)
     plain = build_model(TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2,
-                                          decoder_layers=2, dropout=0.0), 40, 40, True)
+                                          decoder_layers=2, dropout=0.0, **options), 40, 40, True)
     return plain, TEXTBOOK.prepare(copy.deepcopy(plain))
 
 
-def test_the_textbook_computes_what_the_fused_kernel_computes():
-    plain, textbook = model_pair()
+@pytest.mark.parametrize("options", [{}, {"positions": "rope", "qk_norm": True}],
+                         ids=["sinusoidal", "rope+qk_norm"])
+def test_the_textbook_computes_what_the_fused_kernel_computes(options):
+    plain, textbook = model_pair(**options)
     assert resolve_engine("textbook", torch.device("cpu")) is TEXTBOOK
     assert all(m.written_out for m in textbook.modules()
                if isinstance(m, attention.MultiHeadAttention))

@@ -13,6 +13,11 @@ Attention is how positions talk to each other; the feed-forward network is where
 computes on what it gathered. Pre-norm blocks (LayerNorm before each sublayer, the residual
 path left clean) train stably without a long warm-up.
 
+Positions (`positions`): a sinusoidal table or a learned one added to the embeddings, or rope,
+where nothing is added and self-attention rotates its queries and keys by their positions
+instead (translate.models.attention says how, and why cross-attention is left unrotated).
+`qk_norm` RMS-normalises attention's queries and keys per head.
+
 Shapes: B batch, S source length, T target length, D d_model, V vocabulary.
 """
 
@@ -47,9 +52,13 @@ class TransformerConfig:
     # on the FFN hidden layer
     activation_dropout: float = field(default=0.0, metadata={"below": 1})
     activation: str = field(default="relu", metadata={"choices": tuple(ACTIVATIONS)})
-    positions: str = field(default="sinusoidal", metadata={"choices": ("sinusoidal", "learned")})
+    # added to the embeddings (sinusoidal, learned), or rope: self-attention's Q, K rotated
+    positions: str = field(default="sinusoidal", metadata={
+        "choices": ("sinusoidal", "learned", "rope"),
+        "why_not": {"rotary": "rotary position embeddings are rope"}})
     max_positions: int = field(default=1024, metadata={"min": 1, "max": 1 << 20})
     qkv_bias: bool = True
+    qk_norm: bool = False  # RMSNorm of each head's queries and keys before the scores
     tie_embeddings: bool = True  # source, target and output share weights (joint vocab only)
 
     def parameter_count(self, src_vocab: int, tgt_vocab: int, shared_vocab: bool = False) -> int:
@@ -57,6 +66,7 @@ class TransformerConfig:
         tied tensor once, counted from the config alone (nothing is built)."""
         D, Dff, P = self.d_model, self.ffn_dim, self.max_positions
         attention = 4 * D * D + D + (3 * D if self.qkv_bias else 0)  # Q, K, V, out
+        attention += 2 * (D // self.heads) if self.qk_norm else 0  # Q's and K's norm scales
         ffn = 2 * D * Dff + Dff + D
         norm = 2 * D  # LayerNorm's weight and bias
         encoder = self.encoder_layers * (attention + ffn + 2 * norm)
@@ -111,23 +121,22 @@ def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
 
 class Embedding(nn.Module):
     """Token embedding scaled by sqrt(D), plus positions, then dropout. Attention itself does not
-    know where a token stands: the positions tell it."""
+    know where a token stands: the positions tell it (with rope, attention's rotations do)."""
 
     def __init__(self, vocab: int, cfg: TransformerConfig, tokens: nn.Embedding | None = None):
         super().__init__()
         self.tokens = tokens or nn.Embedding(vocab, cfg.d_model, padding_idx=PAD)
         self.scale = math.sqrt(cfg.d_model)
-        if cfg.positions == "learned":
-            self.positions = nn.Embedding(cfg.max_positions, cfg.d_model)
-        else:
-            self.register_buffer("table", sinusoidal_positions(cfg.max_positions, cfg.d_model),
-                                 persistent=False)
-            self.positions = None
+        learned, sinusoidal = cfg.positions == "learned", cfg.positions == "sinusoidal"
+        self.positions = nn.Embedding(cfg.max_positions, cfg.d_model) if learned else None
+        self.register_buffer("table", sinusoidal_positions(cfg.max_positions, cfg.d_model)
+                             if sinusoidal else None, persistent=False)
+        # rope: neither; self-attention rotates queries and keys by their positions instead
         self.dropout = nn.Dropout(cfg.dropout)
         self.max_positions = cfg.max_positions
 
-    def position_table(self) -> torch.Tensor:
-        """(max_positions, D) what is added at each position."""
+    def position_table(self) -> torch.Tensor | None:
+        """(max_positions, D) what is added at each position; None with rope (nothing)."""
         return self.positions.weight if self.positions is not None else self.table
 
     def forward(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -136,8 +145,11 @@ class Embedding(nn.Module):
         if offset + L > self.max_positions:
             raise ValueError(f"sequence of {offset + L} positions exceeds max_positions "
                              f"({self.max_positions})")
-        positions = self.position_table()[offset: offset + L]  # (L, D)
-        return self.dropout(self.tokens(ids) * self.scale + positions.to(self.tokens.weight.dtype))
+        x = self.tokens(ids) * self.scale  # (B, L, D)
+        table = self.position_table()
+        if table is not None:
+            x = x + table[offset: offset + L].to(x.dtype)  # (L, D) broadcast over the batch
+        return self.dropout(x)
 
 
 class FeedForward(nn.Module):
@@ -163,7 +175,8 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout,
-                                            cfg.qkv_bias, ENCODER_SELF, layer)
+                                            cfg.qkv_bias, ENCODER_SELF, layer,
+                                            rope=cfg.positions == "rope", qk_norm=cfg.qk_norm)
         self.norm2 = nn.LayerNorm(cfg.d_model)
         self.ffn = FeedForward(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -179,9 +192,11 @@ class DecoderLayer(nn.Module):
         super().__init__()
         D, H, p, bias = cfg.d_model, cfg.heads, cfg.attn_dropout, cfg.qkv_bias
         self.norm1 = nn.LayerNorm(D)
-        self.self_attn = MultiHeadAttention(D, H, p, bias, DECODER_SELF, layer)
+        self.self_attn = MultiHeadAttention(D, H, p, bias, DECODER_SELF, layer,
+                                            rope=cfg.positions == "rope", qk_norm=cfg.qk_norm)
         self.norm2 = nn.LayerNorm(D)
-        self.cross_attn = MultiHeadAttention(D, H, p, bias, CROSS, layer)
+        # never rotated: source and target positions count along different sequences
+        self.cross_attn = MultiHeadAttention(D, H, p, bias, CROSS, layer, qk_norm=cfg.qk_norm)
         self.norm3 = nn.LayerNorm(D)
         self.ffn = FeedForward(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
