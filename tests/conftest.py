@@ -82,10 +82,10 @@ def read_jsonl(path: Path, n: int | None = None) -> list[dict]:
     return rows
 
 
-def untrained_model(data: Path, layers: int = 1):
+def untrained_model(data: Path, layers: int = 1, overrides: tuple[str, ...] = ()):
     """(recipe, tokenizer, model) for tests of shapes and files, not skill: a joint 200-piece
     tokenizer trained on 500 pairs of `data` and a d_model=32 Transformer of `layers` layers a
-    side, drawn with seed 0."""
+    side (and the recipe `overrides`, e.g. "model.positions=rope"), drawn with seed 0."""
     from translate.config import load_recipe
     from translate.models import build_model
     from translate.tokenizer import Tokenizer
@@ -93,7 +93,7 @@ def untrained_model(data: Path, layers: int = 1):
     rows = read_jsonl(data / "train.jsonl", 500)
     cfg = load_recipe(None, ["tokenizer.vocab_size=200", "model.d_model=32", "model.heads=2",
                              "model.ffn_dim=64", f"model.encoder_layers={layers}",
-                             f"model.decoder_layers={layers}"])
+                             f"model.decoder_layers={layers}", *overrides])
     tokenizer = Tokenizer.train([r["en"] for r in rows], [r["de"] for r in rows], cfg.tokenizer)
     torch.manual_seed(0)
     model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True)

@@ -6,10 +6,11 @@ import pytest
 import torch
 import yaml
 
-from conftest import untrained_model
+from conftest import read_jsonl, untrained_model
 from translate.checkpoint import (load_checkpoint, read_checkpoint, save_checkpoint,
                                   write_checkpoint)
 from translate.config import ADDED_MODEL_KEYS, ConfigError, in_todays_keys, load_recipe
+from translate.inference import translate_sentences
 from translate.model_folder import write_model_folder
 from translate.training.checkpoints import check_resumable
 
@@ -52,29 +53,34 @@ def test_an_old_recipe_with_fused_qkv_loads(recipe_path, tmp_path):
         load_recipe(old)
 
 
-def test_a_checkpoint_saved_before_model_norm_loads_resumes_and_exports_as_layernorm(
-        small_data, tmp_path):
-    """`model.norm` came later (`config.ADDED_MODEL_KEYS`): a checkpoint whose recipe lacks it
-    is the LayerNorm model it was trained as, when loaded, exported, and resumed (whose check
-    compares the saved model section with the run's recipe)."""
+@pytest.mark.parametrize("key, value", [("norm", "layernorm"), ("qk_norm", False)])
+def test_a_checkpoint_saved_before_a_model_key_existed_loads_resumes_and_decodes_alike(
+        small_data, tmp_path, key, value):
+    """A key added to the model since (`config.ADDED_MODEL_KEYS`) takes the value the checkpoint
+    was trained with, wherever a checkpoint is read: the saved model section then equals the
+    run's (so it resumes), and the model loads and translates as the one saved (and from a
+    folder exported from it)."""
     cfg, tokenizer, model = untrained_model(small_data)
     path = tmp_path / "run" / "last.pt"
     path.parent.mkdir()
     save_checkpoint(path, model, cfg, tokenizer, 7, {"trainer": {"elapsed": 1.0}})
     old = torch.load(path, weights_only=True)
-    del old["recipe"]["model"]["norm"]  # as every Transformer run saved it before
+    del old["recipe"]["model"][key]  # as every Transformer run saved it before the key
     write_checkpoint(path, old)
 
     data = read_checkpoint(path)
-    assert data["recipe"]["model"]["norm"] == "layernorm"
+    assert data["recipe"]["model"] == cfg.to_dict()["model"] and \
+        data["recipe"]["model"][key] == value
     check_resumable(path, data, cfg)
     write_model_folder(old, tmp_path / "exported")
-    src = torch.tensor([[5, 6, 7, 3]])
+    sources = [row["en"] for row in read_jsonl(small_data / "test_2016_flickr.jsonl", 10)]
+    expected = translate_sentences(model.eval(), tokenizer, sources, cfg.decode)
     for source in (path, tmp_path / "exported"):
         loaded = load_checkpoint(source)
-        assert loaded.recipe.model == cfg.model and loaded.recipe.model.norm == "layernorm"
-        with torch.no_grad():
-            assert torch.equal(loaded.model.eval()(src, src), model.eval()(src, src))
+        assert loaded.recipe.model == cfg.model
+        assert loaded.model.state_dict().keys() == model.state_dict().keys()
+        assert translate_sentences(loaded.model, loaded.tokenizer, sources,
+                                   cfg.decode) == expected
 
 
 def test_added_model_keys_fill_saved_recipes_of_their_arch_only():
@@ -85,4 +91,4 @@ def test_added_model_keys_fill_saved_recipes_of_their_arch_only():
     rnn = {"model": {"arch": "rnn", "cell": "gru"}}
     assert in_todays_keys(rnn) == rnn
     given = {"model": {"norm": "rmsnorm", "fused_qkv": True}}
-    assert in_todays_keys(given) == {"model": {"norm": "rmsnorm"}}  # kept; retired dropped
+    assert in_todays_keys(given) == {"model": {"norm": "rmsnorm", "qk_norm": False}}

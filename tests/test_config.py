@@ -25,6 +25,13 @@ def test_model_options_default_to_the_classic_transformer(recipe_path):
     assert (r.model.norm, r.model.activation) == ("rmsnorm", "swiglu")
 
 
+def test_the_attention_options_are_model_keys_off_by_default(recipe_path):
+    default = load_recipe(recipe_path).model
+    assert (default.positions, default.qk_norm) == ("sinusoidal", False)
+    r = load_recipe(recipe_path, ["model.positions=rope", "model.qk_norm=true"])
+    assert (r.model.positions, r.model.qk_norm) == ("rope", True)
+
+
 def test_unknown_key_lists_valid_keys(recipe_path):
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['layers'\].*encoder_layers"):
         load_recipe(recipe_path, ["model.layers=4"])
@@ -53,6 +60,9 @@ def test_unknown_key_in_file_names_the_file(tmp_path):
     ("model.activation=swish", r"model\.activation: 'swish' is not one of relu, gelu, relu2, "
                                r"swiglu$"),
     ("model.norm=1", r"model\.norm: expected str, got 1$"),
+    ("model.positions=rotary", "'rotary' is not one of sinusoidal, learned, rope "
+                               r"\(rotary position embeddings are rope\)"),
+    ("model.qk_norm=yes please", "model.qk_norm: expected true/false"),
 ])
 def test_bad_overrides_are_clear_errors(recipe_path, override, message):
     with pytest.raises(ConfigError, match=message):

@@ -84,16 +84,23 @@ def test_length_limit_forces_eos():
         (B,): round(math.log(0.4 * 0.9), 5), (A,): round(math.log(0.6 * 0.34), 5)}
 
 
+MODELS = ["transformer", "rnn", "transformer-rope+qk_norm"]
+
+
 def small_models():
     torch.manual_seed(0)
     transformer = build_model(TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2,
                                                 decoder_layers=2, dropout=0.0), 40, 40, True)
     rnn = build_model(RNNConfig(embed_dim=32, encoder_hidden=24, decoder_hidden=40, attn_dim=16,
                                 dropout=0.0), 40, 40, True)
-    return [transformer.eval(), rnn.eval()]
+    # rotated self-attention: the cache's keys keep their positions through beam reordering
+    rope = build_model(TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2,
+                                         decoder_layers=2, dropout=0.0, positions="rope",
+                                         qk_norm=True), 40, 40, True)
+    return [transformer.eval(), rnn.eval(), rope.eval()]
 
 
-@pytest.mark.parametrize("index", [0, 1], ids=["transformer", "rnn"])
+@pytest.mark.parametrize("index", range(len(MODELS)), ids=MODELS)
 def test_beam_one_equals_greedy_token_for_token(index):
     model = small_models()[index]
     src = torch.randint(4, 40, (6, 9), generator=torch.Generator().manual_seed(3))
@@ -139,7 +146,7 @@ class Uncached(torch.nn.Module):
         return logits[:, -1:], Replay(tokens, state.memory)
 
 
-@pytest.mark.parametrize("index", [0, 1], ids=["transformer", "rnn"])
+@pytest.mark.parametrize("index", range(len(MODELS)), ids=MODELS)
 def test_cached_beam_search_equals_uncached_token_for_token(index):
     model = small_models()[index]
     src = torch.randint(4, 40, (5, 8), generator=torch.Generator().manual_seed(7))
@@ -152,7 +159,7 @@ def test_cached_beam_search_equals_uncached_token_for_token(index):
         assert [h.logprob for h in hs] == pytest.approx([u.logprob for u in us], abs=1e-4)
 
 
-@pytest.mark.parametrize("index", [0, 1], ids=["transformer", "rnn"])
+@pytest.mark.parametrize("index", range(len(MODELS)), ids=MODELS)
 def test_nbest_lists_are_sorted_and_distinct(index):
     model = small_models()[index]
     src = torch.randint(4, 40, (4, 6), generator=torch.Generator().manual_seed(5))

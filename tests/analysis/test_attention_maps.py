@@ -3,12 +3,18 @@ greedy maps exactly; another target gives its own maps, equal to the greedy ones
 that read only the prefix the two share (the decoder never sees ahead) and different in the
 first that reads past it; in both models."""
 
+import copy
+
 import pytest
 import torch
 
-from translate.analysis.attention import attention_maps, output_limit, target_ids
+from conftest import untrained_model
+from translate.analysis.attention import (attention_maps, output_limit, record_attention,
+                                          target_ids)
 from translate.checkpoint import load_checkpoint
+from translate.fast import accelerate
 from translate.models.attention import DECODER_SELF, ENCODER_SELF
+from translate.tokens import BOS
 from translate.models.rnn import ADDITIVE
 
 TEXT = "A man rides a bike down a hill ."
@@ -86,3 +92,31 @@ def test_a_target_is_checked_before_the_model_runs(trained_run):
         with pytest.raises(ValueError, match=f"target id {bad} is not an output piece"):
             target_ids(tokenizer, [5, bad], limit)
     assert target_ids(tokenizer, [], limit) == []  # an empty translation: <s> reads, </s> out
+
+
+def test_with_rope_and_qk_norm_the_maps_are_the_weights_the_model_attends_with(small_data):
+    """Recording runs the written-out attention on the normalised, rotated queries and keys:
+    the logits it gives are the fused kernel's, so the weights it returns are the ones used;
+    the fast engine, which records through its own explicit path, draws the same maps."""
+    cfg, tokenizer, model = untrained_model(small_data, 2, ("model.positions=rope",
+                                                            "model.qk_norm=true"))
+    model.eval()
+    ids = tokenizer.encode_tgt(["Ein Mann fährt mit dem Fahrrad ."])[0][:-1]
+    src = torch.tensor(tokenizer.encode_src([TEXT]))
+    tgt_in = torch.tensor([[BOS] + ids])
+    with torch.no_grad():
+        fused = model(src, tgt_in)
+        with record_attention(model) as recorded:
+            written_out = model(src, tgt_in)
+    torch.testing.assert_close(written_out, fused, atol=1e-5, rtol=1e-5)
+    assert all(len(calls) == 1 for calls in recorded.values()) and len(recorded) == 2 * 3
+    maps = attention_maps(model, tokenizer, TEXT, cfg.decode, target=ids)
+    fast = attention_maps(accelerate(copy.deepcopy(model)), tokenizer, TEXT, cfg.decode,
+                          target=ids)
+    T = len(ids) + 1
+    for name, w in maps.weights.items():
+        torch.testing.assert_close(w, recorded[name][0][0])
+        torch.testing.assert_close(fast.weights[name], w, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:2]), atol=1e-5, rtol=0)
+        if maps.roles[name][0] == DECODER_SELF:
+            assert w.shape[1:] == (T, T) and not w.triu(diagonal=1).any()

@@ -3,14 +3,17 @@ format cannot take."""
 
 import importlib.util
 import re
+from dataclasses import replace
 
 import pytest
 import torch
 from click.testing import CliRunner
 
+from conftest import read_jsonl, untrained_model
 from translate.checkpoint import load_checkpoint, save_checkpoint
 from translate.cli import main
 from translate.config import load_recipe
+from translate.inference import translate_sentences
 from translate.models import build_model
 
 
@@ -83,6 +86,43 @@ def test_a_model_option_a_peer_format_cannot_hold_is_named_in_one_line(trained_r
     assert "export this model with --format" in output and "inference" in output
     assert not (tmp_path / fmt).exists()  # nothing half-written
     assert run(str(tmp_path / "option.pt"), "-o", str(tmp_path / "inference")).exit_code == 0
+
+
+@pytest.fixture(scope="module")
+def options_checkpoint(small_data, tmp_path_factory):
+    """An untrained Transformer checkpoint with rotary positions and QK-norm."""
+    cfg, tokenizer, model = untrained_model(small_data, 2, ("model.positions=rope",
+                                                            "model.qk_norm=true"))
+    path = tmp_path_factory.mktemp("options") / "rope.pt"
+    save_checkpoint(path, model, cfg, tokenizer, 1)
+    return path
+
+
+def test_rope_and_qk_norm_export_to_inference_only(options_checkpoint, small_data, tmp_path):
+    """The inference folder holds the options (config.json's model) and translates as the
+    checkpoint does, greedy and beam 4; the peer formats refuse them in one line."""
+    result = run(str(options_checkpoint), "-o", str(tmp_path / "model"))
+    assert result.exit_code == 0, result.output
+    loaded, original = load_checkpoint(tmp_path / "model"), load_checkpoint(options_checkpoint)
+    assert loaded.recipe.model == original.recipe.model
+    assert (loaded.recipe.model.positions, loaded.recipe.model.qk_norm) == ("rope", True)
+    assert loaded.model.state_dict().keys() == original.model.state_dict().keys()
+    for name, tensor in original.model.state_dict().items():
+        assert torch.equal(loaded.model.state_dict()[name], tensor), name
+    sources = [row["en"] for row in read_jsonl(small_data / "test_2016_flickr.jsonl", 20)]
+    for beam in (1, 4):
+        cfg = replace(original.recipe.decode, beam=beam, max_len_b=5)
+        assert (translate_sentences(loaded.model, loaded.tokenizer, sources, cfg)
+                == translate_sentences(original.model, original.tokenizer, sources, cfg))
+    for fmt in ("ctranslate2", "hf"):
+        if importlib.util.find_spec({"hf": "transformers"}.get(fmt, fmt)) is None:
+            continue
+        output = one_error(run(str(options_checkpoint), "--format", fmt, "-o",
+                               str(tmp_path / fmt)))
+        assert (f"--format {fmt} converts a Transformer with positions added to its embeddings "
+                f"and plain attention; this model has model.positions: rope, model.qk_norm: "
+                f"true: export it with --format inference") in output
+        assert not (tmp_path / fmt).exists()
 
 
 def test_options_a_format_cannot_take_and_an_occupied_output_are_refused(trained_run, tmp_path):

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import untrained_model
 from translate.checkpoint import load_checkpoint
 from translate.config import TrainConfig
 from translate.engine import FAST, PLAIN, fast_engine, resolve_engine
@@ -19,7 +20,7 @@ from translate.fast.linear import PackedLinear, PackedWeights, linear
 from translate.fast.search import topk_rows
 from translate.inference import decode_sentences
 from translate.models import RNNConfig, TransformerConfig, build_model
-from translate.models.attention import padding_mask
+from translate.models.attention import MultiHeadAttention, padding_mask
 from translate.search import beam_search, greedy_search
 from translate.training.optim import make_optimizer
 
@@ -32,7 +33,10 @@ OPTIONS = {"rmsnorm-swiglu": {"norm": "rmsnorm", "activation": "swiglu"},
 CONFIGS = {"transformer": TRANSFORMER,
            **{f"transformer-{name}": replace(TRANSFORMER, **o) for name, o in OPTIONS.items()},
            "rnn": RNNConfig(embed_dim=32, encoder_hidden=24, decoder_hidden=40, attn_dim=16,
-                            dropout=0.0)}
+                            dropout=0.0),
+           "transformer-rope+qk_norm": TransformerConfig(
+               d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0,
+               positions="rope", qk_norm=True)}
 
 
 def pair(arch):
@@ -149,6 +153,53 @@ def test_fast_training_step_equals_the_plain_one_with_each_model_option(options,
     model = build_model(replace(loaded.recipe.model, **options), loaded.tokenizer.src_vocab_size,
                         loaded.tokenizer.tgt_vocab_size, loaded.tokenizer.joint)
     assert_same_training_step(model, real_batch(loaded.tokenizer))
+
+
+@pytest.mark.parametrize("options", [{"positions": "rope"}, {"qk_norm": True},
+                                     {"positions": "rope", "qk_norm": True}],
+                         ids=["rope", "qk_norm", "rope+qk_norm"])
+@pytest.mark.parametrize("fuse_qkv", [True, False], ids=["fused", "three-matmuls"])
+def test_the_attention_options_run_in_the_fast_engine_as_in_the_textbook(options, fuse_qkv,
+                                                                         small_data):
+    """Real text through a model with the options: the fast engine's logits, searches (its
+    packed cache rotating each new key at the cache's length, beams sharing memory rows), drawn
+    weights, and a training step's loss and gradients are the textbook's."""
+    from translate.data.batch import collate
+    from translate.data.encode import encode_pairs
+
+    _, tokenizer, plain = untrained_model(small_data, 2, ("model.dropout=0", *(
+        f"model.{key}={str(value).lower()}" for key, value in options.items())))
+    engine = fast_engine(fuse_qkv=fuse_qkv)
+    fast = engine.prepare(copy.deepcopy(plain)).eval()
+    plain.eval()
+    texts = ["A man rides a bike down a hill .", "Two dogs play in the snow .", "A girl ."]
+    pairs = encode_pairs(tokenizer, texts,
+                         ["Ein Mann fährt Rad .", "Zwei Hunde .", "Ein Mädchen ."])
+    batch = collate(pairs.src, pairs.tgt)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(batch.src, batch.tgt_in), plain(batch.src, batch.tgt_in),
+                                   atol=1e-5, rtol=0)
+    limits = torch.tensor([9, 4, 12])
+    assert greedy_search(fast, batch.src, limits) == greedy_search(plain, batch.src, limits)
+    ours = beam_search(fast, batch.src, 4, limits, nbest=4, candidates=engine.candidates)
+    theirs = beam_search(plain, batch.src, 4, limits, nbest=4)
+    assert [[h.tokens for h in hs] for hs in ours] == [[h.tokens for h in hs] for hs in theirs]
+    for hs, ts in zip(ours, theirs):
+        assert [h.logprob for h in hs] == pytest.approx([t.logprob for t in ts], abs=1e-4)
+    x = torch.randn(3, 5, 32)
+    for name, attn in plain.named_modules():
+        if isinstance(attn, MultiHeadAttention) and attn.role != "cross-attention":
+            with torch.no_grad():
+                theirs = attn(x, causal=True, need_weights=True)[1]
+                mine = fast.get_submodule(name)(x, causal=True, need_weights=True)[1]
+            torch.testing.assert_close(mine, theirs, atol=1e-6, rtol=1e-5)
+    loss, nll, grads = training_step(PLAIN, plain, batch)
+    fast_loss, fast_nll, fast_grads = training_step(engine, plain, batch)
+    torch.testing.assert_close(fast_loss, loss, atol=1e-4, rtol=1e-5)
+    assert fast_grads.keys() == grads.keys() and any("q_norm" in n or "k_norm" in n
+                                                     for n in grads) == ("qk_norm" in options)
+    for name, g in grads.items():
+        torch.testing.assert_close(fast_grads[name], g, atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_auto_engine_is_fast_on_the_cpu_and_names_are_checked():

@@ -8,6 +8,7 @@ import sacrebleu
 import torch
 from click.testing import CliRunner
 
+from conftest import untrained_model
 from translate.checkpoint import load_checkpoint
 from translate.cli import main
 from translate.data.batch import pad
@@ -15,6 +16,7 @@ from translate.engine import FAST
 from translate.fast import quantize_int8
 from translate.fast.linear import PackedLinear
 from translate.models import build_model
+from translate.search import beam_search, greedy_search
 from translate.tokens import BOS
 from translate.utils import resolve_precision
 
@@ -112,3 +114,24 @@ def test_the_int8_copy_of_a_model_with_an_option_runs_alike_in_both_engines(opti
         fp32, expected, got = (m(src, tgt[:, :-1]) for m in (model, plain, fast))
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     assert (expected - fp32).abs().mean() < 0.05 * fp32.abs().mean()
+
+
+def test_the_int8_copy_keeps_the_attention_options_and_the_fast_engine_runs_it_equal(small_data):
+    """rope and qk_norm in an int8 copy: its norms stay fp32, the fast engine's joined int8
+    projections feed them, and its logits and searches are the plain path's."""
+    _, tokenizer, model = untrained_model(small_data, 2, ("model.positions=rope",
+                                                          "model.qk_norm=true"))
+    rows = [json.loads(line) for line in (small_data / "test_2016_flickr.jsonl").open()][:8]
+    src = pad([torch.tensor(ids) for ids in tokenizer.encode_src([r["en"] for r in rows])])
+    tgt = pad([torch.tensor([BOS] + ids) for ids in tokenizer.encode_tgt([r["de"] for r in rows])])
+    plain, fast = quantize_int8(model), FAST.prepare(quantize_int8(model))
+    layer = fast.decoder_layers[0]
+    assert type(layer.self_attn.q_norm) is torch.nn.RMSNorm and layer.self_attn.rope
+    assert layer.self_attn.fuse_qkv and not layer.cross_attn.rope
+    with torch.no_grad():
+        torch.testing.assert_close(fast(src, tgt[:, :-1]), plain(src, tgt[:, :-1]),
+                                   rtol=1e-5, atol=1e-5)
+    limits = torch.full((src.size(0),), 12)
+    assert greedy_search(fast, src, limits) == greedy_search(plain, src, limits)
+    ours = beam_search(fast, src, 3, limits, candidates=FAST.candidates)
+    assert [h[0].tokens for h in ours] == [h[0].tokens for h in beam_search(plain, src, 3, limits)]

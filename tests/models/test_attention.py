@@ -1,10 +1,12 @@
-"""The textbook attention: SDPA equals the written-out path, torch's MHA agrees, masks hold."""
+"""The textbook attention: SDPA equals the written-out path, torch's MHA agrees, masks hold; with
+rope, scores depend on relative positions alone; with qk_norm, not on the scale of Q or K."""
 
 import pytest
 import torch
 from torch import nn
 
-from translate.models.attention import (KVCache, MultiHeadAttention, causal_mask, padding_mask,
+from translate.models.attention import (CROSS, DECODER_SELF, ENCODER_SELF, KVCache,
+                                        MultiHeadAttention, causal_mask, padding_mask, rotate,
                                         scaled_dot_product_attention)
 
 torch.manual_seed(0)
@@ -117,3 +119,99 @@ def test_cross_attention_projects_the_memory_once():
 def test_heads_must_divide_width():
     with pytest.raises(ValueError, match=r"d_model \(30\) must be divisible by heads \(4\)"):
         MultiHeadAttention(30, 4)
+
+
+# The options: rotary positions in self-attention, RMS-normalised queries and keys.
+OPTIONS = {"rope": dict(rope=True), "qk_norm": dict(qk_norm=True),
+           "rope+qk_norm": dict(rope=True, qk_norm=True)}
+
+
+def with_options(role=ENCODER_SELF, **options) -> MultiHeadAttention:
+    """A module with `options`, its norm scales drawn away from 1 (as training leaves them), so
+    that normalising before rotating differs from after."""
+    attn = MultiHeadAttention(D, H, dropout=0.0, role=role, **options).eval()
+    with torch.no_grad():
+        for norm in (attn.q_norm, attn.k_norm):
+            if norm is not None:
+                norm.weight.uniform_(0.5, 2.0)
+    return attn
+
+
+def test_rotated_scores_depend_only_on_the_distance_between_positions():
+    q, k = torch.randn(2, H, T, 8), torch.randn(2, H, T, 8)
+    positions = torch.arange(T)
+    scores = rotate(q, positions) @ rotate(k, positions).transpose(-2, -1)  # (2, H, T, T)
+    for shift in (1, 37, 500):  # every position moved by `shift`
+        moved = rotate(q, positions + shift) @ rotate(k, positions + shift).transpose(-2, -1)
+        torch.testing.assert_close(moved, scores, atol=1e-3, rtol=1e-4)
+    assert not torch.allclose(scores, q @ k.transpose(-2, -1), atol=1e-2)  # positions count
+    torch.testing.assert_close(rotate(q, torch.zeros(T)), q)  # position 0: no turn
+    torch.testing.assert_close(rotate(q, positions).norm(dim=-1), q.norm(dim=-1))  # a rotation
+
+
+@pytest.mark.parametrize("qk_norm", [False, True], ids=["rope", "rope+qk_norm"])
+def test_rope_self_attention_is_unchanged_when_every_position_moves_by_k(qk_norm):
+    """Queries and keys at positions 6 .. 6 + T - 1 (the cache holding 6 hidden ones first)
+    attend as at 0 .. T - 1: weights and outputs. With qk_norm too, whose per-channel scales
+    would break this if they came after the rotation."""
+    attn, x, k = with_options(rope=True, qk_norm=qk_norm), torch.randn(B, T, D), 6
+    alone, weights = attn(x, causal=True, need_weights=True)
+    cache = KVCache()
+    attn(torch.randn(B, k, D), causal=True, cache=cache)
+    hidden = torch.arange(k + T) >= k  # (S,) the first k keys may not be attended to
+    moved, moved_weights = attn(x, causal=True, mask=hidden, cache=cache, need_weights=True)
+    torch.testing.assert_close(moved_weights[..., k:], weights, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(moved, alone, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS)
+def test_the_options_keep_sdpa_equal_to_the_written_out_path(options):
+    x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
+    cross = with_options(CROSS, qk_norm=options.get("qk_norm", False))  # never rotated
+    for attn, kwargs in [(with_options(**options), dict(mask=padding_mask(torch.full((B, T), 5)))),
+                         (with_options(DECODER_SELF, **options), dict(causal=True)),
+                         (cross, dict(context=memory, mask=padding_mask(SRC)))]:
+        fused, _ = attn(x, **kwargs)
+        written_out, weights = attn(x, need_weights=True, **kwargs)
+        torch.testing.assert_close(fused, written_out, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, T))
+
+
+@pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS)
+def test_incremental_self_attention_with_the_options_equals_full(options):
+    """Each new key is normalised and rotated at its own position, the cache's length."""
+    attn, x = with_options(DECODER_SELF, **options), torch.randn(B, T, D)
+    full, _ = attn(x, causal=True)
+    cache = KVCache()
+    steps = [attn(x[:, t: t + 1], causal=True, cache=cache)[0] for t in range(T)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert cache.length == T
+    cache = KVCache()
+    first, _ = attn(x[:, :2], causal=True, cache=cache)
+    rest, _ = attn(x[:, 2:], causal=True, cache=cache)
+    torch.testing.assert_close(torch.cat([first, rest], dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("role", [DECODER_SELF, CROSS])
+@pytest.mark.parametrize("rope", [False, True], ids=["qk_norm", "qk_norm+rope"])
+def test_with_qk_norm_scaling_the_query_or_key_projection_leaves_the_weights(role, rope):
+    attn = with_options(role, rope=rope and role != CROSS, qk_norm=True)
+    plain = MultiHeadAttention(D, H, role=role).eval()
+    x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
+    kwargs = dict(causal=True) if role == DECODER_SELF else dict(context=memory)
+    weights, plain_weights = (m(x, need_weights=True, **kwargs)[1] for m in (attn, plain))
+    for proj, c in (("q_proj", 8.0), ("k_proj", 0.3)):
+        for module in (attn, plain):
+            with torch.no_grad():
+                getattr(module, proj).weight.mul_(c)
+                getattr(module, proj).bias.mul_(c)
+        torch.testing.assert_close(attn(x, need_weights=True, **kwargs)[1], weights,
+                                   atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(plain(x, need_weights=True, **kwargs)[1], plain_weights, atol=1e-2)
+
+
+def test_rope_is_refused_in_cross_attention_and_for_an_odd_head_width():
+    with pytest.raises(ValueError, match="rope rotates self-attention only"):
+        MultiHeadAttention(D, H, role=CROSS, rope=True)
+    with pytest.raises(ValueError, match=r"d_model / heads \(36 / 4 = 9\) must be even"):
+        MultiHeadAttention(36, 4, rope=True)

@@ -26,8 +26,8 @@ def model_pair(**options):
 
 
 @pytest.mark.parametrize("options", [{}, {"norm": "rmsnorm", "activation": "swiglu"},
-                                     {"activation": "relu2"}], ids=["classic", "rmsnorm-swiglu",
-                                                                    "relu2"])
+                                     {"activation": "relu2"}, {"positions": "rope", "qk_norm": True}],
+                         ids=["classic", "rmsnorm-swiglu", "relu2", "rope+qk_norm"])
 def test_the_textbook_computes_what_the_fused_kernel_computes(options):
     plain, textbook = model_pair(**options)
     assert resolve_engine("textbook", torch.device("cpu")) is TEXTBOOK

@@ -1,10 +1,12 @@
 import json
+import warnings
 
 import pytest
 import torch
 
 from conftest import take_steps, tiny_trainer
 from translate.models import TransformerConfig, build_model, count_parameters
+from translate.models.transformer import Memory
 from translate.search import greedy_search
 from translate.tokens import PAD
 
@@ -13,10 +15,13 @@ V = 50
 
 # the model options beside the classic ones, each model test run with each
 OPTIONS = {"classic": {}, "rmsnorm-swiglu": {"norm": "rmsnorm", "activation": "swiglu"},
-           "relu2": {"activation": "relu2"}}
+           "relu2": {"activation": "relu2"}, "rope": {"positions": "rope"},
+           "qk_norm": {"qk_norm": True},
+           "modern": {"norm": "rmsnorm", "activation": "swiglu", "positions": "rope",
+                      "qk_norm": True}}
 
 
-@pytest.fixture(params=OPTIONS.values(), ids=OPTIONS.keys())
+@pytest.fixture(params=OPTIONS.values(), ids=OPTIONS)
 def model(request):
     torch.manual_seed(0)
     cfg = TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
@@ -66,6 +71,24 @@ def test_greedy_with_cache_equals_greedy_without(model):
     assert greedy_search(model, src, 12, use_cache=True) == greedy_search(model, src, 12, use_cache=False)
 
 
+def test_training_and_decoding_run_under_bf16_autocast(model):
+    """Mixed precision (a GPU's, here the CPU's autocast): Q, K and V reach attention in one
+    dtype with every option, SDPA's and the written-out path alike, with no warning."""
+    src, tgt = batch()
+    with warnings.catch_warnings(), torch.autocast("cpu", dtype=torch.bfloat16):
+        warnings.simplefilter("error")
+        model.train()
+        model(src, tgt).float().sum().backward()
+        model.eval()
+        with torch.no_grad():
+            assert len(greedy_search(model, src, 6)) == 2
+            layer = model.decoder_layers[0]
+            y = torch.randn(2, 5, 32)
+            weights = layer.self_attn(y, causal=True, need_weights=True)[1]
+    assert weights.dtype == torch.bfloat16 and all(p.grad is not None
+                                                   for p in model.parameters())
+
+
 def test_tied_embeddings_share_one_matrix(model):
     assert model.src_embed.tokens.weight is model.tgt_embed.tokens.weight
     assert model.output.weight is model.tgt_embed.tokens.weight
@@ -89,11 +112,14 @@ def test_unknown_activation_or_norm_is_a_clear_error():
 
 
 def test_every_norm_is_the_configured_one(model):
+    """Every block's and the final norms; attention's own norms of queries and keys (qk_norm)
+    are RMSNorms whatever the blocks use."""
     kind = {"layernorm": torch.nn.LayerNorm, "rmsnorm": torch.nn.RMSNorm}[model.cfg.norm]
-    norms = [name for name, m in model.named_modules() if isinstance(m, kind)]
-    assert len(norms) == 2 * 2 + 2 * 3 + 2  # two per encoder layer, three per decoder layer, final
-    assert not any(isinstance(m, (torch.nn.LayerNorm, torch.nn.RMSNorm)) and not isinstance(m, kind)
-                   for m in model.modules())
+    blocks = {name: m for name, m in model.named_modules()
+              if isinstance(m, (torch.nn.LayerNorm, torch.nn.RMSNorm))
+              and not name.endswith(("q_norm", "k_norm"))}
+    assert len(blocks) == 2 * 2 + 2 * 3 + 2  # two per encoder layer, three per decoder layer, final
+    assert all(isinstance(m, kind) for m in blocks.values())
 
 
 @pytest.mark.parametrize("options", ["model.norm=rmsnorm", "model.activation=swiglu",
@@ -155,6 +181,8 @@ def test_a_model_that_cannot_be_allocated_is_a_clear_error():
     ("transformer", {"norm": "rmsnorm", "activation": "relu2"}),
     ("transformer", {"activation": "swiglu", "ffn_dim": 100, "qkv_bias": False}),
     ("transformer", {"norm": "rmsnorm", "activation": "swiglu", "positions": "learned"}),
+    ("transformer", {"positions": "rope", "qk_norm": True, "heads": 2}),
+    ("transformer", {"qk_norm": True, "qkv_bias": False, "encoder_layers": 1}),
     ("rnn", {}), ("rnn", {"cell": "lstm", "encoder_layers": 2}),
     ("rnn", {"tie_embeddings": False, "attn_dim": 24, "encoder_layers": 3}),
 ])
@@ -179,3 +207,42 @@ def test_a_model_too_large_for_memory_is_refused_before_allocating():
     with pytest.raises(ModelTooLarge, match="has about .*G parameters, .* GiB of weights; this "
                                             "machine has .* GiB of memory"):
         build_model(cfg, 1000, 1000, True)
+
+
+def test_with_rope_only_self_attention_places_the_tokens():
+    """No position is added to the embeddings; cross-attention is not rotated, so it reads the
+    memory as a set (its rows in any order give the same output); the decoder's self-attention
+    is, so the target's order counts: its positions come from there."""
+    torch.manual_seed(0)
+    model = build_model(TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2,
+                                          decoder_layers=2, dropout=0.0, positions="rope"),
+                        V, V, shared_vocab=True).eval()
+    src, tgt = batch()
+    assert model.src_embed.position_table() is None and model.tgt_embed.position_table() is None
+    torch.testing.assert_close(model.tgt_embed(tgt), model.tgt_embed.tokens(tgt) * 32 ** 0.5)
+    assert all(layer.self_attn.rope and not layer.cross_attn.rope
+               for layer in model.decoder_layers)
+    memory = model.encode(src)
+    order = torch.randperm(src.size(1), generator=torch.Generator().manual_seed(2))
+    shuffled = Memory(memory.states[:, order], memory.src_mask[..., order])
+    logits, _ = model.decode(tgt, model.init_state(memory))
+    torch.testing.assert_close(model.decode(tgt, model.init_state(shuffled))[0], logits,
+                               atol=1e-5, rtol=1e-5)
+    swapped = tgt[:, [1, 0, *range(2, tgt.size(1))]]  # the first two target tokens swapped
+    last = model.decode(swapped, model.init_state(memory))[0][:, -1]
+    assert not torch.allclose(last, logits[:, -1], atol=1e-4)  # the same tokens, elsewhere
+
+
+@pytest.mark.parametrize("key, value", [("positions", "rope"), ("qk_norm", True)],
+                         ids=["rope", "qk_norm"])
+def test_a_model_with_the_option_learns_real_data(key, value, recipe_path, small_data, tmp_path):
+    """25 steps of the tiny Transformer on real pairs (still warming up): the loss falls by
+    over a nat from about ln(1000) at the start."""
+    trainer = take_steps(tiny_trainer(recipe_path, small_data, tmp_path / "run",
+                                      f"model.{key}={str(value).lower()}", "train.eval_every=0",
+                                      "train.save_every=0", "train.log_every=1"), 25)
+    trainer.metrics.close()
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    losses = [r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"]
+    assert getattr(trainer.model.cfg, key) == value and len(losses) == 25
+    assert losses[0] > 6.5 and sum(losses[-5:]) / 5 < losses[0] - 1.0, losses

@@ -93,6 +93,11 @@ class PackedKVCache:
     def __init__(self, kv: Optional[torch.Tensor] = None, rows: Optional[torch.Tensor] = None):
         self.kv, self.rows = kv, rows
 
+    @property
+    def length(self) -> int:
+        """Positions cached so far: the next one's position (a reordering keeps the count)."""
+        return 0 if self.kv is None else self.kv.size(3)
+
     def extend(self, kv: torch.Tensor) -> torch.Tensor:
         """The cached K, V, their rows picked, then this step's (2, B, H, T, Dh) ones."""
         if self.kv is None:
@@ -138,7 +143,9 @@ class MemoryKV:
 class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
     """MultiHeadAttention with the fast engine's ways (module docstring); the same parameters.
 
-    Caches are `PackedKVCache` (self-attention) and `MemoryKV` (cross-attention).
+    Caches are `PackedKVCache` (self-attention) and `MemoryKV` (cross-attention). The options
+    qk_norm and rope run the textbook's `norm_and_rotate` on the queries and on the keys before
+    they are kept.
     """
 
     fuse_qkv = True  # set by translate.fast.accelerate (its `fuse_qkv` option)
@@ -147,9 +154,11 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
                 mask: Optional[torch.Tensor] = None, causal: bool = False, cache=None,
                 need_weights: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         B, T, D = x.shape
-        q, k, v = self._project(x, context, cache)  # (B, T, D), (Bc, H, S, Dh) x 2
+        past = cache.length if cache is not None and context is None else 0  # x's 1st position
+        q, k, v = self._project(x, context, cache, past)  # (B, T, D), (Bc, H, S, Dh) x 2
         groups = B // k.size(0)  # query rows per context row: a sentence's beams
         q = self.split_heads(q.reshape(B // groups, groups * T, D))  # (Bc, H, G * T, Dh)
+        q = self.norm_and_rotate(q, self.q_norm, past)  # rotated in self-attention only: G = 1
         explicit = need_weights or explicit_is_faster(q, k)
         if causal and T == 1:
             causal = False  # one new query may see every key so far
@@ -175,9 +184,10 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
             cache.bias = additive_mask(mask, q.dtype).expand(shape).contiguous()
         return cache.bias
 
-    def _project(self, x: torch.Tensor, context: Optional[torch.Tensor], cache):
-        """Q (B, T, D) from x; K, V (Bc, H, S, Dh) from the context (or x), using and filling
-        the cache."""
+    def _project(self, x: torch.Tensor, context: Optional[torch.Tensor], cache, past: int = 0):
+        """Q (B, T, D) from x; K, V (Bc, H, S, Dh) from the context (or x), the new keys
+        normalised and rotated to positions past, past + 1, ... (the options), using and
+        filling the cache."""
         cross = context is not None
         if cross and cache is not None and cache.k is not None:  # the memory's K, V never change
             return (self.q_proj(x), *cache.read())
@@ -190,12 +200,16 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
             q = self.q_proj(x)
             heads = self._heads(self._keys_values(x if context is None else context), 2)
             k, v = heads.unbind(2)  # (Bc, S, H, Dh) x 2
+        k, v = k.transpose(1, 2), v.transpose(1, 2)  # (Bc, H, S, Dh)
+        changed = self.k_norm is not None or self.rope
+        if changed:  # the keys as the scores use them, and as the cache keeps them
+            k = self.norm_and_rotate(k, self.k_norm, past)
         if cache is not None and not cross:  # decoding's self-attention
             first = cache.kv is None  # then this step's own views serve, as in training
-            kv = cache.extend(heads.permute(2, 0, 3, 1, 4))  # (2, B, H, S_past + T, Dh)
+            step = torch.stack([k, v]) if changed else heads.permute(2, 0, 3, 1, 4)
+            kv = cache.extend(step)  # (2, B, H, S_past + T, Dh)
             if not first:
                 return q, kv[0], kv[1]
-        k, v = k.transpose(1, 2), v.transpose(1, 2)  # (Bc, H, S, Dh)
         if cross and cache is not None:  # kept as they are: `read` makes them contiguous
             cache.k, cache.v = k, v
         return q, k, v

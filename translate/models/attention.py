@@ -12,7 +12,24 @@ softmax(q . k / sqrt(Dh)) over the keys it may see. Without the 1 / sqrt(Dh) the
 variance grows with Dh and the softmax saturates towards one key. H heads each attend in their own
 Dh-wide slice of Q, K and V; their outputs are concatenated and mixed by one more projection.
 
-Shapes: B batch, T query length, S key length, D model width, H heads, Dh = D / H.
+Two options change what q . k sees (TransformerConfig's `positions` and `qk_norm`):
+
+    rope      rotary position embeddings (Su et al., 2021). Self-attention turns each query and
+              key by its absolute position p: channel pair i rotates by the angle p * theta_i,
+              theta_i = 10000^(-2i/Dh). Rotations compose, (R_p q) . (R_p' k) = q . (R_(p'-p) k),
+              so a score depends on the distance p' - p alone, and no position is added to the
+              embeddings. Cross-attention is not rotated: the source and the target are
+              different sequences, so a distance between their positions means nothing; the
+              decoder learns where it stands from its self-attention.
+    qk_norm   each head's query and key RMS-normalised over its Dh channels (torch.nn.RMSNorm:
+              a learned scale per channel, shared by the heads) before the scores; with rope,
+              normalised first, then rotated (a rotation keeps the length). A normalised q or k
+              has length sqrt(Dh), so q . k / sqrt(Dh) stays within +-sqrt(Dh) times the
+              scales however large the projections' weights grow, and the softmax cannot
+              saturate by them. The 1 / sqrt(Dh) stays; the learned scales set how sharp
+              attention may get.
+
+Shapes: B batch, T query length, S key length, L either, D model width, H heads, Dh = D / H.
 Masks are boolean, True = may attend, broadcastable to (B, H, T, S).
 
 Which code runs: `scaled_dot_product_attention` below is attention written out. With
@@ -70,11 +87,29 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return F.dropout(weights, dropout) @ v, weights  # (B, H, T, Dh)
 
 
+def rotary_tables(positions: torch.Tensor, dim: int, base: float = 10000.0
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the angles position * theta_i, theta_i = base^(-2i/dim): (L, dim/2) each
+    for (L,) positions; the same wavelengths as the sinusoidal table's."""
+    theta = base ** (-torch.arange(0, dim, 2, device=positions.device).float() / dim)  # (Dh/2,)
+    angles = positions.float()[:, None] * theta  # (L, Dh/2)
+    return angles.cos(), angles.sin()
+
+
+def rotate(t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Queries or keys (..., L, Dh) at `positions` (L,), each channel pair (2i, 2i+1) turned by
+    the angle position * theta_i: (x, y) -> (x cos - y sin, x sin + y cos)."""
+    cos, sin = (table.to(t.dtype) for table in rotary_tables(positions, t.size(-1)))
+    x, y = t[..., 0::2], t[..., 1::2]  # (..., L, Dh/2) each
+    return torch.stack([x * cos - y * sin, x * sin + y * cos], dim=-1).flatten(-2)  # (..., L, Dh)
+
+
 class KVCache:
     """The keys and values an attention module keeps between decoding steps.
 
-    Decoder self-attention appends each step's K, V to the past ones; cross-attention stores the
-    memory's K, V at the first step and reuses them, since the memory never changes.
+    Decoder self-attention appends each step's K, V to the past ones (the keys as the scores
+    use them: normalised, rotated to their positions); cross-attention stores the memory's K, V
+    at the first step and reuses them, since the memory never changes.
     """
 
     def __init__(self, k: Optional[torch.Tensor] = None, v: Optional[torch.Tensor] = None):
@@ -83,6 +118,11 @@ class KVCache:
     @property
     def empty(self) -> bool:
         return self.k is None
+
+    @property
+    def length(self) -> int:
+        """Positions cached so far: the next one's position."""
+        return 0 if self.empty else self.k.size(2)
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add this step's (B, H, T, Dh) keys and values; return all so far, (B, H, S, Dh)."""
@@ -108,22 +148,35 @@ class MultiHeadAttention(nn.Module):
         bias: whether the Q, K and V projections have a bias.
         role: ENCODER_SELF, DECODER_SELF or CROSS; figures label the weights with it.
         layer: the index of the layer this module belongs to, for figures.
+        rope: rotate queries and keys by their positions (self-attention only: the module
+            docstring says why); the head width Dh must be even.
+        qk_norm: RMS-normalise each head's queries and keys, with a learned scale.
     """
 
     written_out = False  # True: always the written-out attention (the textbook engine)
 
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True,
-                 role: str = ENCODER_SELF, layer: int = 0):
+                 role: str = ENCODER_SELF, layer: int = 0, rope: bool = False,
+                 qk_norm: bool = False):
         super().__init__()
         if d_model % heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by heads ({heads})")
+        if rope and role == CROSS:
+            raise ValueError("rope rotates self-attention only: source and target positions "
+                             "count along different sequences")
+        if rope and (d_model // heads) % 2:
+            raise ValueError(f"rope turns channel pairs: the head width d_model / heads "
+                             f"({d_model} / {heads} = {d_model // heads}) must be even")
         self.heads, self.head_dim = heads, d_model // heads
         self.dropout = dropout
         self.role, self.layer = role, layer
+        self.rope = rope
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model)
+        self.q_norm = nn.RMSNorm(self.head_dim, eps=1e-6) if qk_norm else None
+        self.k_norm = nn.RMSNorm(self.head_dim, eps=1e-6) if qk_norm else None
 
     def forward(self, x: torch.Tensor, context: Optional[torch.Tensor] = None,
                 mask: Optional[torch.Tensor] = None, causal: bool = False,
@@ -143,9 +196,11 @@ class MultiHeadAttention(nn.Module):
         Returns:
             (B, T, D) output, and the weights or None.
         """
+        past = cache.length if cache is not None and context is None else 0  # x's 1st position
         q = self.split_heads(self.q_proj(x))  # (B, H, T, Dh)
+        q = self.norm_and_rotate(q, self.q_norm, past)
         k, v = self.keys_values(x if context is None else context, cross=context is not None,
-                                cache=cache)  # (B, H, S, Dh) each
+                                cache=cache, past=past)  # (B, H, S, Dh) each
         T, S = q.size(2), k.size(2)
         # Causal: a query at position t sees the keys up to t, the past and itself. For a whole
         # target at once (training: T == S, no other mask) SDPA applies that rule itself, with
@@ -164,14 +219,25 @@ class MultiHeadAttention(nn.Module):
                                                  is_causal=is_causal)
         return self.out_proj(self.merge_heads(out)), weights if need_weights else None
 
-    def keys_values(self, source: torch.Tensor, cross: bool, cache: Optional[KVCache]
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V of `source`, (B, H, S, Dh) each, through the cache when there is one."""
+    def keys_values(self, source: torch.Tensor, cross: bool, cache: Optional[KVCache],
+                    past: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of `source`, (B, H, S, Dh) each, through the cache when there is one; the
+        new keys at positions past, past + 1, ..."""
         if cross and cache is not None and not cache.empty:
             return cache.k, cache.v  # the memory's K, V were projected at the first step
-        k = self.split_heads(self.k_proj(source))  # (B, H, S, Dh)
-        v = self.split_heads(self.v_proj(source))
+        k = self.norm_and_rotate(self.split_heads(self.k_proj(source)), self.k_norm, past)
+        v = self.split_heads(self.v_proj(source))  # (B, H, S, Dh)
         return cache.append(k, v) if cache is not None else (k, v)
+
+    def norm_and_rotate(self, t: torch.Tensor, norm: Optional[nn.RMSNorm], past: int
+                        ) -> torch.Tensor:
+        """Queries or keys (B, H, L, Dh) as the scores use them: RMS-normalised (qk_norm), then
+        rotated to positions past .. past + L - 1 (rope); as they are without the options."""
+        if norm is not None:  # in fp32 (as CUDA's autocast runs it), then in V's dtype again
+            t = norm(t.float()).to(t.dtype)
+        if self.rope:
+            t = rotate(t, torch.arange(past, past + t.size(2), device=t.device))
+        return t
 
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:
         """(B, L, D) -> (B, H, L, Dh): each head gets its own Dh-wide slice."""

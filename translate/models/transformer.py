@@ -20,6 +20,11 @@ Options beside the classic choices (the config's `norm` and `activation`):
     activation: swiglu  a gated feed-forward network, W2(SiLU(W1 x) * W3 x) (Shazeer, 2020),
                         its hidden width about 2/3 of ffn_dim: about the plain one's parameters
 
+Positions (`positions`): a sinusoidal table or a learned one added to the embeddings, or rope,
+where nothing is added and self-attention rotates its queries and keys by their positions
+instead (translate.models.attention says how, and why cross-attention is left unrotated).
+`qk_norm` RMS-normalises attention's queries and keys per head.
+
 Shapes: B batch, S source length, T target length, D d_model, V vocabulary.
 """
 
@@ -70,9 +75,13 @@ class TransformerConfig:
     activation: str = field(default="relu", metadata={"choices": tuple(ACTIVATIONS)})
     # every block's norms and the final ones
     norm: str = field(default="layernorm", metadata={"choices": tuple(NORMS)})
-    positions: str = field(default="sinusoidal", metadata={"choices": ("sinusoidal", "learned")})
+    # added to the embeddings (sinusoidal, learned), or rope: self-attention's Q, K rotated
+    positions: str = field(default="sinusoidal", metadata={
+        "choices": ("sinusoidal", "learned", "rope"),
+        "why_not": {"rotary": "rotary position embeddings are rope"}})
     max_positions: int = field(default=1024, metadata={"min": 1, "max": 1 << 20})
     qkv_bias: bool = True
+    qk_norm: bool = False  # RMSNorm of each head's queries and keys before the scores
     tie_embeddings: bool = True  # source, target and output share weights (joint vocab only)
 
     def parameter_count(self, src_vocab: int, tgt_vocab: int, shared_vocab: bool = False) -> int:
@@ -80,6 +89,7 @@ class TransformerConfig:
         tied tensor once, counted from the config alone (nothing is built)."""
         D, Dff, P = self.d_model, self.ffn_hidden(), self.max_positions
         attention = 4 * D * D + D + (3 * D if self.qkv_bias else 0)  # Q, K, V, out
+        attention += 2 * (D // self.heads) if self.qk_norm else 0  # Q's and K's norm scales
         inputs = 2 if self.activation in GATED else 1  # projections of the input: W1 (, W3)
         ffn = inputs * (D * Dff + Dff) + Dff * D + D
         norm = 2 * D if self.norm == "layernorm" else D  # a weight and a bias, or a weight
@@ -143,23 +153,22 @@ def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
 
 class Embedding(nn.Module):
     """Token embedding scaled by sqrt(D), plus positions, then dropout. Attention itself does not
-    know where a token stands: the positions tell it."""
+    know where a token stands: the positions tell it (with rope, attention's rotations do)."""
 
     def __init__(self, vocab: int, cfg: TransformerConfig, tokens: nn.Embedding | None = None):
         super().__init__()
         self.tokens = tokens or nn.Embedding(vocab, cfg.d_model, padding_idx=PAD)
         self.scale = math.sqrt(cfg.d_model)
-        if cfg.positions == "learned":
-            self.positions = nn.Embedding(cfg.max_positions, cfg.d_model)
-        else:
-            self.register_buffer("table", sinusoidal_positions(cfg.max_positions, cfg.d_model),
-                                 persistent=False)
-            self.positions = None
+        learned, sinusoidal = cfg.positions == "learned", cfg.positions == "sinusoidal"
+        self.positions = nn.Embedding(cfg.max_positions, cfg.d_model) if learned else None
+        self.register_buffer("table", sinusoidal_positions(cfg.max_positions, cfg.d_model)
+                             if sinusoidal else None, persistent=False)
+        # rope: neither; self-attention rotates queries and keys by their positions instead
         self.dropout = nn.Dropout(cfg.dropout)
         self.max_positions = cfg.max_positions
 
-    def position_table(self) -> torch.Tensor:
-        """(max_positions, D) what is added at each position."""
+    def position_table(self) -> torch.Tensor | None:
+        """(max_positions, D) what is added at each position; None with rope (nothing)."""
         return self.positions.weight if self.positions is not None else self.table
 
     def forward(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -168,8 +177,11 @@ class Embedding(nn.Module):
         if offset + L > self.max_positions:
             raise ValueError(f"sequence of {offset + L} positions exceeds max_positions "
                              f"({self.max_positions})")
-        positions = self.position_table()[offset: offset + L]  # (L, D)
-        return self.dropout(self.tokens(ids) * self.scale + positions.to(self.tokens.weight.dtype))
+        x = self.tokens(ids) * self.scale  # (B, L, D)
+        table = self.position_table()
+        if table is not None:
+            x = x + table[offset: offset + L].to(x.dtype)  # (L, D) broadcast over the batch
+        return self.dropout(x)
 
 
 def make_norm(cfg: TransformerConfig) -> nn.Module:
@@ -212,7 +224,8 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.norm1 = make_norm(cfg)
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout,
-                                            cfg.qkv_bias, ENCODER_SELF, layer)
+                                            cfg.qkv_bias, ENCODER_SELF, layer,
+                                            rope=cfg.positions == "rope", qk_norm=cfg.qk_norm)
         self.norm2 = make_norm(cfg)
         self.ffn = FeedForward(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -228,9 +241,11 @@ class DecoderLayer(nn.Module):
         super().__init__()
         D, H, p, bias = cfg.d_model, cfg.heads, cfg.attn_dropout, cfg.qkv_bias
         self.norm1 = make_norm(cfg)
-        self.self_attn = MultiHeadAttention(D, H, p, bias, DECODER_SELF, layer)
+        self.self_attn = MultiHeadAttention(D, H, p, bias, DECODER_SELF, layer,
+                                            rope=cfg.positions == "rope", qk_norm=cfg.qk_norm)
         self.norm2 = make_norm(cfg)
-        self.cross_attn = MultiHeadAttention(D, H, p, bias, CROSS, layer)
+        # never rotated: source and target positions count along different sequences
+        self.cross_attn = MultiHeadAttention(D, H, p, bias, CROSS, layer, qk_norm=cfg.qk_norm)
         self.norm3 = make_norm(cfg)
         self.ffn = FeedForward(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
