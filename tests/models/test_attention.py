@@ -195,6 +195,7 @@ def test_incremental_self_attention_with_the_options_equals_full(options):
 @pytest.mark.parametrize("role", [DECODER_SELF, CROSS])
 @pytest.mark.parametrize("rope", [False, True], ids=["qk_norm", "qk_norm+rope"])
 def test_with_qk_norm_scaling_the_query_or_key_projection_leaves_the_weights(role, rope):
+    torch.manual_seed(0)
     attn = with_options(role, rope=rope and role != CROSS, qk_norm=True)
     plain = MultiHeadAttention(D, H, role=role).eval()
     x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
@@ -205,8 +206,9 @@ def test_with_qk_norm_scaling_the_query_or_key_projection_leaves_the_weights(rol
             with torch.no_grad():
                 getattr(module, proj).weight.mul_(c)
                 getattr(module, proj).bias.mul_(c)
+        # equal up to the norm's epsilon and float rounding; without the norm, far apart
         torch.testing.assert_close(attn(x, need_weights=True, **kwargs)[1], weights,
-                                   atol=1e-5, rtol=1e-4)
+                                   atol=2e-4, rtol=1e-3)
     assert not torch.allclose(plain(x, need_weights=True, **kwargs)[1], plain_weights, atol=1e-2)
 
 
