@@ -328,12 +328,17 @@ def serve(checkpoint, host, port, device, precision, engine, **limits):
 @click.option("--x", "x", type=click.Choice(list(CURVE_AXES)), default="minutes",
               show_default=True, help="The x axis: training wall-clock, or optimizer steps "
               "(which compare runs made on machines of different speed).")
-def curve(run_dirs, output, monitor, x):
+@click.option("--reach", type=NumberList(float, 0, 100), default=None, metavar="BLEU,...",
+              help="Dev BLEU thresholds, e.g. 30,35: print when each run first reached each "
+              "(minutes, step, training minutes) and draw them as dotted lines.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the --reach figures to this JSON file.")
+def curve(run_dirs, output, monitor, x, reach, json_path):
     """Plot dev BLEU against training wall-clock (or steps) for one or more RUN_DIRS."""
-    from translate.analysis.plots import plot_learning_curves
+    from translate.analysis.reach import curve as write_curve
 
     try:
-        click.echo(f"wrote {plot_learning_curves(list(run_dirs), output, monitor, x)}")
+        click.echo("\n".join(write_curve(run_dirs, output, monitor, x, reach or (), json_path)))
     except USER_ERRORS as e:
         fail(e)
 

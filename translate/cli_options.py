@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 
 device_option = click.option("--device", default=None,
@@ -78,12 +80,12 @@ def serve_limit_options(command):
 
 
 class NumberList(click.ParamType):
-    """Comma-separated numbers, each checked: `1,2,4,8`."""
+    """Comma-separated numbers, each from lowest to highest (never NaN): `1,2,4,8`."""
 
     name = "list"
 
-    def __init__(self, kind: type, lowest: float):
-        self.kind, self.lowest = kind, lowest
+    def __init__(self, kind: type, lowest: float, highest: float = math.inf):
+        self.kind, self.lowest, self.highest = kind, lowest, highest
 
     def convert(self, value, param, ctx):
         if isinstance(value, tuple):
@@ -93,7 +95,8 @@ class NumberList(click.ParamType):
         except ValueError:
             self.fail(f"{value!r} is not a comma-separated list of {self.kind.__name__}s",
                       param, ctx)
-        if not numbers or min(numbers) < self.lowest:
-            self.fail(f"{value!r}: give one or more values, each at least {self.lowest}",
-                      param, ctx)
+        if not numbers or not all(self.lowest <= n <= self.highest for n in numbers):
+            bounds = (f"at least {self.lowest}" if self.highest == math.inf
+                      else f"from {self.lowest} to {self.highest}")
+            self.fail(f"{value!r}: give one or more values, each {bounds}", param, ctx)
         return numbers

@@ -4,5 +4,6 @@
     attention.py   record and draw one sentence's attention weights
     beam_sweep.py  beam size and length penalty chosen on a dev split
     plots.py       learning curves, bar charts and heatmaps (matplotlib)
+    reach.py       time to quality: when a run first reached a dev BLEU
     report.py      the Markdown report and its findings, from results.json's dict
 """

@@ -76,9 +76,11 @@ def learning_curve(valid: list[dict], x: str = "minutes", key: str = "dev_bleu"
 
 
 def plot_learning_curves(run_dirs: list[str | Path], output: str | Path,
-                         monitor: str = "test_2016_flickr", x: str = "minutes") -> Path:
+                         monitor: str = "test_2016_flickr", x: str = "minutes",
+                         thresholds: Sequence[float] = ()) -> Path:
     """Dev BLEU (solid) and, where logged, a monitored split's BLEU (dashed) against minutes or
-    steps (`x`): steps compare runs made on machines of different speed."""
+    steps (`x`): steps compare runs made on machines of different speed. Each of `thresholds`
+    is a dotted horizontal line."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=130)
     for run_dir in run_dirs:
@@ -91,6 +93,8 @@ def plot_learning_curves(run_dirs: list[str | Path], output: str | Path,
         if all(key in r for r in valid):
             ax.plot(*learning_curve(valid, x, key), ls="--", color=line.get_color(),
                     label=f"{name}: {monitor} BLEU")
+    for threshold in thresholds:
+        ax.axhline(threshold, ls=":", lw=1, color="grey")
     ax.set_xlabel(CURVE_AXES[x][1])
     ax.set_ylabel("sacreBLEU (detokenized, cased, greedy)")
     ax.grid(alpha=0.3)
