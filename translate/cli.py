@@ -56,10 +56,13 @@ def main(verbose: bool) -> None:
               help="With --resume: resume a RUN_DIR that has no run.json (lost, or from before "
               "run ids), taking the run its newest checkpoint names as the folder's and writing "
               "run.json anew (without it, such a folder is refused).")
+@click.option("--seeds", type=NumberList(int, 0), default=None, metavar="N,N,...",
+              help="Train the recipe once per seed (train.seed=N), one run after another, into "
+              "RUN_DIR-seedN each, then print every score's mean ± sd over the seeds.")
 @device_option
 @click.option("--no-progress", is_flag=True,
               help="No progress bars (there are none unless stderr is a terminal).")
-def train(recipe, overrides, run_dir, resume_dir, data_path, overwrite, adopt, device,
+def train(recipe, overrides, run_dir, resume_dir, data_path, overwrite, adopt, seeds, device,
           no_progress):
     """Train a model from a RECIPE (YAML), then score it on the recipe's test splits.
 
@@ -73,6 +76,10 @@ def train(recipe, overrides, run_dir, resume_dir, data_path, overwrite, adopt, d
     from translate.training.distributed import join, together
     from translate.utils import pick_device
 
+    if seeds is not None:
+        _train_seeds(recipe, overrides, run_dir, resume_dir, data_path, overwrite, seeds, device,
+                     progress=not no_progress and sys.stderr.isatty())
+        return
     try:
         # Under torchrun the processes join first, so that one that cannot read the recipe or
         # the run folder fails them all, with one message.
@@ -88,6 +95,30 @@ def train(recipe, overrides, run_dir, resume_dir, data_path, overwrite, adopt, d
         sys.exit(128 + e.signum)
     except USER_ERRORS as e:
         fail(e)
+
+
+def _train_seeds(recipe, overrides, run_dir, resume_dir, data_path, overwrite, seeds, device,
+                 progress):
+    """`translate train --seeds`: train the recipe once per seed, then print the spread."""
+    from translate.analysis.seeds import seed_spread, spread_text
+    from translate.training import Interrupted
+    from translate.training.seeds import train_seeds
+
+    if resume_dir:
+        raise click.UsageError("--seeds starts new runs, --resume goes on with one: resume each "
+                               "seed's folder on its own (--resume RUN_DIR-seedN)")
+    if any(o.split("=", 1)[0].strip() == "train.seed" for o in overrides):
+        raise click.UsageError("--seeds sets train.seed for each run: drop --set train.seed")
+    try:
+        cfg, run_dir = _train_recipe(recipe, overrides, run_dir, None, data_path, overwrite)
+        results = train_seeds(cfg, run_dir, seeds, device, progress, overwrite,
+                              None if data_path else _env_data())
+        spread = seed_spread([r.run_dir for r in results])
+    except Interrupted as e:
+        sys.exit(128 + e.signum)
+    except USER_ERRORS as e:
+        fail(e)
+    click.echo(spread_text(spread, [f"seed {s}" for s in seeds]))
 
 
 def _train_recipe(recipe: str | None, overrides: tuple, run_dir: str | None,

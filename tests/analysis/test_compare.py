@@ -54,6 +54,7 @@ def test_compare_writes_every_file_and_section(report):
         assert len((out / system["hypotheses"]).read_text(encoding="utf-8").splitlines()) == 100
     md = (out / "report.md").read_text(encoding="utf-8")
     assert all(section in md for section in SECTIONS)
+    assert results["seed_groups"] == [] and "## Seeds" not in md  # no run of several seeds
     assert "paired bootstrap p = " in md  # a finding, stated from the numbers
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
     assert sorted(links) == sorted(figures)  # relative links, every figure shown

@@ -2,8 +2,9 @@
 
 `compare(run_paths, split, output)` decodes the split with each run folder's best.pt (or a
 checkpoint named in its place, an average of the last checkpoints say), scores it with sacreBLEU,
-runs sacreBLEU's paired bootstrap resampling against the first run (the baseline), splits BLEU by
-source length, draws learning curves and attention maps (`analysis.attention`), and writes
+runs sacreBLEU's paired bootstrap resampling against the first run (the baseline), gives runs of
+several seeds (`RUN-seed1`, `RUN-seed2`, ...) as groups with their mean and spread
+(`analysis.seeds`), splits BLEU by source length, draws learning curves and attention maps (`analysis.attention`), and writes
 report.md, results.json, the figures and every system's hypotheses into `output`.
 """
 
@@ -22,6 +23,7 @@ from translate.analysis.attention import attention_maps, heatmap
 from translate.analysis.plots import (MetricsError, plot_dev_curves, plot_heatmaps,
                                       plot_length_buckets, pyplot, read_metrics)
 from translate.analysis.report import render_report
+from translate.analysis.seeds import seed_groups
 from translate.checkpoint import CheckpointError, Loaded, load_checkpoint
 from translate.config import DataConfig
 from translate.data.read import load_split
@@ -176,6 +178,7 @@ def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
         "device": str(dev), "threads": torch.get_num_threads(),
         "decoding": "greedy" if beam == 1 else f"beam {beam}", "systems": rows,
         "significance": paired_bootstrap(list(hyps), list(hyps.values()), refs, n_bootstrap),
+        "seed_groups": seed_groups(rows),
         "length_buckets": buckets,
         "samples": [{"index": i, "source": src[i], "reference": refs[i],
                      "hypotheses": {name: h[i] for name, h in hyps.items()}}

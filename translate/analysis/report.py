@@ -52,6 +52,12 @@ def findings(results: dict) -> list[str]:
                 lines.append(f"On sentences of {bucket['words']} source words "
                              f"({bucket['sentences']} sentences) {leader} is ahead of {best}: "
                              f"{scores[leader]:.2f} vs {scores[best]:.2f} BLEU.")
+    groups = results.get("seed_groups") or []
+    for group in groups[1:]:
+        d, base = group["difference"]["bleu"], groups[0]
+        lines.append(f"Over seeds, {group['group']} (n={group['bleu']['n']}) is {d['mean']:+.2f} "
+                     f"BLEU from {base['group']} (n={base['bleu']['n']}), standard error "
+                     f"{_num(d['se'])}.")
     fastest = sorted(systems, key=lambda s: -s["sentences_per_s"])
     lines.append(f"Decoding speed ({_setup(results)}): " + ", ".join(
         f"{s['name']} {s['sentences_per_s']:.1f} sentences/s" for s in fastest) + ".")
@@ -69,7 +75,7 @@ def render_report(results: dict) -> str:
     return "\n".join([
         f"# Comparison on {results['split']}", "", intro, "",
         "## Findings", "", *[f"- {line}" for line in findings(results)], "",
-        *_systems(results), *_significance(results), *_lengths(results),
+        *_systems(results), *_seed_groups(results), *_significance(results), *_lengths(results),
         "## Learning curves", "", curves, "",
         f"![learning curves]({results['figures']['learning_curves']})", "",
         *_attention(results), *_samples(results)])
@@ -92,6 +98,31 @@ def _systems(results: dict) -> list[str]:
                   for label, key in (("BLEU", "bleu_signature"), ("chrF", "chrf_signature"))
                   for signature in dict.fromkeys(s[key] for s in systems)]
     return ["## Systems", "", markdown_table(header, rows), "", notes, "", *signatures, ""]
+
+
+def _seed_groups(results: dict) -> list[str]:
+    groups = results.get("seed_groups") or []  # results.json written before groups has none
+    if not groups:
+        return []
+
+    def spread(s: dict) -> str:
+        return f"{s['mean']:.2f} ± {_num(s['sd'])} [{s['low']:.2f}, {s['high']:.2f}]"
+
+    def difference(d: dict | None) -> str:
+        return "baseline" if d is None else f"{d['mean']:+.2f} ± {_num(d['se'])}"
+
+    header = ["group", "systems", "n", "BLEU mean ± sd [min, max]", "BLEU difference ± se",
+              "chrF mean ± sd [min, max]", "chrF difference ± se"]
+    rows = [[g["group"], ", ".join(g["systems"]), g["bleu"]["n"], spread(g["bleu"]),
+             difference(g.get("difference", {}).get("bleu")), spread(g["chrf"]),
+             difference(g.get("difference", {}).get("chrf"))] for g in groups]
+    method = ("Runs whose folders differ only in their `-seedN` ending (`translate train --seeds`) "
+              "form a group. sd: the sample standard deviation over the group's runs (n - 1; – "
+              "for one run). Difference: the group's mean less the first group's, ± its standard "
+              "error sqrt(sd_a²/n_a + sd_b²/n_b); differences within about twice it are within "
+              "the runs' spread.")
+    return ["## Seeds: mean and spread per group", "", method, "", markdown_table(header, rows),
+            ""]
 
 
 def _significance(results: dict) -> list[str]:

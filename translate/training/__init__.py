@@ -13,6 +13,7 @@
     graphs.py       train.cuda_graphs: the whole step recorded as a CUDA graph per batch shape
     validation.py   dev loss and BLEU
     checkpoints.py  which checkpoint a run resumes from, and whether it may
+    seeds.py        train_seeds(): one recipe trained once per seed, a run folder each
 """
 
 from translate.training.build import build_trainer

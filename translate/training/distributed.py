@@ -79,6 +79,11 @@ def step_seed(seed: int, rank: int, step: int) -> int:
     return ((seed * 1_000_003 + rank) * 1_000_033 + step) % 2 ** 63
 
 
+def launched_together() -> bool:
+    """Whether torchrun started this process as one of several (WORLD_SIZE above 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def join(device: torch.device) -> World:
     """The world torchrun describes in the environment (RANK, WORLD_SIZE, LOCAL_RANK, ...),
     joined over gloo, and on CUDA over NCCL too; a lone process when there is none.
@@ -89,7 +94,7 @@ def join(device: torch.device) -> World:
     A collective waits TRANSLATE_DIST_TIMEOUT seconds (default 1800) for the other ranks, then
     raises `LostRank`: raise it when rank 0's validation alone takes longer.
     """
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    if not launched_together():
         return World()
     if device.type == "cuda":
         local_rank, gpus = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
