@@ -15,7 +15,6 @@ import threading
 import time
 
 import pytest
-import torch
 from click.testing import CliRunner
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file

@@ -13,7 +13,7 @@ from translate.cli import main
 from translate.config import load_recipe
 from translate.engine import resolve_engine
 from translate.metrics import MetricsLog
-from translate.training import Trainer, TrainingError, build_trainer, prepare_data
+from translate.training import TrainingError, build_trainer, prepare_data
 
 
 def poisoned_engine(bad_calls: set[int]):
