@@ -10,7 +10,7 @@
 
 Every format holds the checkpoint's `model` weights: the EMA (or averaged) ones where training
 kept them. The peer formats (ctranslate2, hf) refuse, in one line, a Transformer with an option
-their converters do not write (`UNCONVERTED`: rope positions, qk_norm); inference holds any.
+their converters do not write (`peer.UNCONVERTED`: rope positions, qk_norm); inference holds any.
 The folder is written under a temporary name and renamed into place whole, so a failed export
 leaves nothing behind.
 """
@@ -23,42 +23,14 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from torch import nn
-
 from translate.checkpoint import load_checkpoint
+from translate.export.peer import ExportError
 from translate.model_folder import DTYPES, is_model_folder, write_model_folder
-from translate.models.transformer import Transformer
 from translate.utils import install_hint
 
 FORMATS = ("inference", "ctranslate2", "hf")
 # format -> the packages it needs (protobuf: transformers reads spm.model with it)
 NEEDS = {"ctranslate2": ("ctranslate2",), "hf": ("transformers", "google.protobuf")}
-
-
-class ExportError(ValueError):
-    """A model or an option the chosen format cannot take; the message says why."""
-
-
-# Transformer options the peer formats' converters do not write, with the value each refuses:
-# Pegasus (hf) has neither rotary positions nor QK-norm, and the CTranslate2 spec written here is
-# the encoder-decoder one with position tables added to the embeddings and plain attention.
-UNCONVERTED = {"positions": "rope", "qk_norm": True}
-
-
-def transformer_only(model: nn.Module, fmt: str) -> Transformer:
-    """`model`, if the peer format `fmt` can hold it: the Transformer, not the RNN, without the
-    options in UNCONVERTED."""
-    if not isinstance(model, Transformer):
-        raise ExportError(f"--format {fmt} converts only the Transformer: {fmt} has no "
-                          f"counterpart for the RNN's recurrent layers, additive attention and "
-                          f"maxout output; export the RNN with --format inference")
-    options = [f"model.{key}: {str(value).lower()}" for key, value in UNCONVERTED.items()
-               if getattr(model.cfg, key) == value]
-    if options:
-        raise ExportError(f"--format {fmt} converts a Transformer with positions added to its "
-                          f"embeddings and plain attention; this model has {', '.join(options)}: "
-                          f"export it with --format inference")
-    return model
 
 
 @dataclass

@@ -49,7 +49,7 @@ from torch import nn
 
 from translate.config import DecodeConfig
 from translate.data.batch import pad
-from translate.export import ExportError, transformer_only
+from translate.export.peer import ExportError, transformer_only
 from translate.models.transformer import GATED
 from translate.search import output_limits
 from translate.tokenizer import Tokenizer

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from translate.config import Recipe
-from translate.export import ExportError, transformer_only
+from translate.export.peer import ExportError, transformer_only
 from translate.models.transformer import GATED, Transformer
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD, SPECIAL_IDS
