@@ -131,7 +131,7 @@ def test_a_data_path_through_a_symlink_is_kept_as_written(small_data, tmp_path, 
     """Data reached through a symlinked folder (../shared -> somewhere else) is saved relative
     to the run as written, not as a chain of ../ to where the link points; a run folder behind
     a symlink, where a written ../ would lead elsewhere, gets the real path instead."""
-    from translate.run_folder import data_from, data_relative_to
+    from translate.config import data_from, data_relative_to
 
     project = tmp_path / "work/project"
     project.mkdir(parents=True)

@@ -1,20 +1,23 @@
-"""Self-describing checkpoints: weights, recipe, tokenizer, training state; written atomically.
+"""Self-describing checkpoints: the file format (weights, recipe, tokenizer, training state;
+written atomically), and a model built from one.
 
 A checkpoint holds only tensors and plain Python values, so it loads with
 `torch.load(..., weights_only=True)` and never runs code from the file. It carries a SHA-256
 of its contents (`content_digest`), checked on every load: a damaged file is refused by name
-instead of decoding garbage or resuming from it.
+instead of decoding garbage or resuming from it. A file named step_<N>.pt must hold step N
+(`step_number`).
+
+Which checkpoint a run resumes from, and whether the disk holds its checkpoints, is the
+training's policy (translate.training.checkpoints).
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import logging
 import os
 import pickle
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,22 +25,26 @@ from typing import Any
 import torch
 from torch import nn
 
-from translate.config import Recipe, in_todays_keys, recipe_from_dict
+from translate.config import (Recipe, data_from, data_relative_to, in_todays_keys,
+                              recipe_from_dict)
 from translate.files import UnsafeFileError, copy_into, describe, open_regular, same_file
 from translate.model_folder import ModelFolderError, is_model_folder, read_model_folder
 from translate.models import build_model
-from translate.run_folder import data_from, data_relative_to, step_number
 from translate.tokenizer import Tokenizer
 from translate.tokens import SPECIAL_IDS
 from translate.utils import atomic_write, first_line
-
-log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read or written; the message names the file."""
+
+
+def step_number(path: Path) -> int:
+    """12 for step_12.pt; -1 for a name that is not step_<digits 0-9>.pt (step_².pt is not)."""
+    match = re.fullmatch(r"step_([0-9]+)\.pt", Path(path).name)
+    return int(match[1]) if match else -1
 
 
 def _bytes_tensor(data: bytes) -> torch.Tensor:
@@ -116,31 +123,6 @@ def copy_checkpoint(source: Path, path: Path) -> None:
         kept = "is unchanged" if path.exists() else "was not written"
         raise CheckpointError(f"could not write the checkpoint {path} ({e.strerror or e}); "
                               f"the file {kept}") from None
-
-
-def check_writable(run_dir: Path) -> None:
-    """Fail before any work if the run folder cannot be written."""
-    probe = run_dir / ".write_probe"
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"\0" * 1024)
-        probe.unlink()
-    except OSError as e:
-        raise OSError(f"cannot write to the run folder {run_dir}: {e.strerror}") from None
-
-
-def checkpoint_bytes(model: nn.Module, with_ema: bool) -> int:
-    """About the size of one checkpoint: the weights, Adam's two moments and the EMA."""
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    return weights * (4 if with_ema else 3)
-
-
-def check_free_space(run_dir: Path, checkpoint_size: int) -> None:
-    """Fail before training if the disk cannot hold two checkpoints (one being replaced)."""
-    free = shutil.disk_usage(run_dir).free
-    if free < 2 * checkpoint_size:
-        raise OSError(f"only {free / 2**20:.1f} MiB free for the run folder {run_dir}; its "
-                      f"checkpoints need about {2 * checkpoint_size / 2**20:.1f} MiB")
 
 
 def read_checkpoint(path: str | Path, verify: bool = True, check_name: bool = True,
@@ -346,60 +328,3 @@ def _todays_recipe(data: dict) -> dict:
     every reader:
     loading, resuming (whose check compares the saved model section), averaging, export."""
     return {**data, "recipe": in_todays_keys(data["recipe"])}
-
-
-def _resumable(path: Path, verify: bool) -> dict | None:
-    """The checkpoint's dict when it can be resumed from, else None after a warning naming it."""
-    try:
-        data = read_checkpoint(path, verify, follow=False)
-    except CheckpointError as e:
-        log.warning("skipping %s", e)
-        return None
-    if data.get("weights_only") is True:  # train.step_checkpoints: weights, as intended
-        return None
-    if (missing := missing_state(data)) is not None:
-        log.warning("skipping %s: it holds no %s to resume from", path, missing)
-        return None
-    return data
-
-
-# What a checkpoint needs to resume from (Trainer.save writes them all).
-RESUME_STATE = ("step", "optimizer", "scheduler", "rng", "trainer")
-TRAINER_STATE = ("epoch", "position", "elapsed", "train_seconds", "best_bleu", "bad_evals",
-                 "bad_losses", "window")
-
-
-def missing_state(data: dict) -> str | None:
-    """The first part of a training state the checkpoint lacks (None: it can be resumed from);
-    a checkpoint for decoding (an average, an export's) has none."""
-    train = data["recipe"].get("train")
-    muon = isinstance(train, dict) and train.get("optimizer") == "muon"
-    missing = [key for key in (*RESUME_STATE, *(("muon", "muon_scheduler") if muon else ()))
-               if key not in data]
-    if missing:
-        return missing[0]
-    if not isinstance(data["trainer"], dict):
-        return "trainer"
-    return next((f"trainer.{key}" for key in TRAINER_STATE if key not in data["trainer"]), None)
-
-
-def newest_checkpoint(run_dir: Path, verify: bool = True) -> tuple[Path, dict]:
-    """The run's newest checkpoint that reads: last.pt or step_<N>.pt, highest step first, then
-    best.pt; each unreadable one is skipped with a warning naming the file. Without `verify`
-    (`read_checkpoint`), a damaged file whose pickled part still reads is taken."""
-    last = run_dir / "last.pt"
-    last_data = _resumable(last, verify) if last.exists() else None
-    newer_than = int(last_data["step"]) if last_data else -1
-    steps = sorted((p for p in run_dir.glob("step_*.pt") if step_number(p) > newer_than),
-                   key=step_number, reverse=True)
-    for path in steps:
-        if (data := _resumable(path, verify)) is not None:
-            return path, data
-    if last_data is not None:
-        return last, last_data
-    best = run_dir / "best.pt"
-    if best.exists() and (data := _resumable(best, verify)) is not None:
-        return best, data
-    raise CheckpointError(f"no readable checkpoint to resume from in {run_dir} (looked for "
-                          f"last.pt, step_*.pt and best.pt; those written with "
-                          f"train.step_checkpoints: weights hold the weights alone)")

@@ -7,8 +7,8 @@ that already holds a run is refused unless told to overwrite it, so that no two 
 logs and checkpoints. `recipe.yaml` is written once, when the run starts; a resumed run reads
 its recipe from its checkpoint.
 A recipe saved in a run folder (recipe.yaml, a checkpoint) names a local data folder relative to
-the run (`data_relative_to`), and reads it back from there (`data_from`), so that a run finds
-its data from any working directory.
+the run (`config.data_relative_to`), and reads it back from there (`config.data_from`), so that
+a run finds its data from any working directory.
 
 `--overwrite` starts over only in a folder whose run.json names a run, and deletes only what
 that run wrote (`owned_files`): its fixed files, the checkpoints that carry its id, the test
@@ -25,7 +25,6 @@ lock when the holder exits or is killed, so a crashed run never leaves a stale l
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -41,9 +40,9 @@ from typing import Iterator
 
 import yaml
 
-from translate.config import Recipe
+from translate.checkpoint import CheckpointError, read_checkpoint, step_number
+from translate.config import Recipe, data_relative_to
 from translate.files import describe, read_regular
-from translate.paths import is_relative, path_from, readable
 from translate.utils import atomic_write, first_line
 
 RUN_FILE = "run.json"
@@ -57,12 +56,6 @@ RUN_PATTERNS = (RUN_FILE, "recipe.yaml", "metrics.jsonl", "train.log", "spm.mode
 OWN_NAMES = (RUN_FILE, "recipe.yaml", "metrics.jsonl", "train.log", "spm.model")
 OWN_PATTERNS = ("spm.*.model", ".*.tmp*")
 CHECKPOINT_NAMES = ("best.pt", "last.pt")  # and step_<N>.pt
-
-
-def step_number(path: Path) -> int:
-    """12 for step_12.pt; -1 for a name that is not step_<digits 0-9>.pt (step_².pt is not)."""
-    match = re.fullmatch(r"step_([0-9]+)\.pt", Path(path).name)
-    return int(match[1]) if match else -1
 
 
 class RunFolderError(ValueError):
@@ -81,24 +74,6 @@ def recipe_text(recipe: Recipe, run_dir: Path) -> str:
     """The recipe as `recipe.yaml` holds it: YAML, a local data folder relative to the run."""
     recipe = data_relative_to(recipe, run_dir)
     return yaml.safe_dump(recipe.to_dict(), sort_keys=False, allow_unicode=True)
-
-
-def data_relative_to(recipe: Recipe, folder: Path) -> Recipe:
-    """The recipe with a local data folder given relative to the working directory rewritten
-    relative to `folder` (a run folder): saved so, a run finds its data from anywhere. Hub
-    names and absolute paths stay as they are."""
-    dataset = recipe.data.dataset
-    if not (is_relative(dataset) and Path(dataset).exists()):
-        return recipe
-    moved = readable(os.path.relpath(os.path.abspath(dataset), os.path.abspath(folder)),
-                     Path(folder), Path(dataset))
-    return dataclasses.replace(recipe, data=dataclasses.replace(recipe.data, dataset=moved))
-
-
-def data_from(recipe: Recipe, folder: Path) -> Recipe:
-    """The inverse of `data_relative_to` for a recipe saved in `folder`."""
-    dataset = path_from(recipe.data.dataset, folder)
-    return dataclasses.replace(recipe, data=dataclasses.replace(recipe.data, dataset=dataset))
 
 
 def owned_files(run_dir: Path) -> list[Path]:
@@ -155,8 +130,6 @@ def check_plain_files(run_dir: Path, recipe: Recipe) -> None:
 
 def _carries_id(path: Path, own: str) -> bool:
     """Whether the checkpoint at `path` says it is run `own`'s (its small pickled part read)."""
-    from translate.checkpoint import CheckpointError, read_checkpoint
-
     if not path.is_file() or path.is_symlink():
         return False
     try:

@@ -124,9 +124,9 @@ def test_too_little_disk_for_checkpoints_fails_before_training(monkeypatch, reci
                                                                small_data, tmp_path):
     import shutil
 
-    import translate.checkpoint
+    import translate.training.checkpoints
 
-    monkeypatch.setattr(translate.checkpoint.shutil, "disk_usage",
+    monkeypatch.setattr(translate.training.checkpoints.shutil, "disk_usage",
                         lambda path: shutil._ntuple_diskusage(10**12, 10**12 - 10**5, 10**5))
     run = tmp_path / "run"
     result = CliRunner().invoke(main, [

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from conftest import TINY_OVERRIDES
-from translate.checkpoint import CheckpointError, newest_checkpoint, read_checkpoint
+from translate.checkpoint import CheckpointError, read_checkpoint
 from translate.config import load_recipe
-from translate.training.checkpoints import load_run_recipe
+from translate.training.checkpoints import load_run_recipe, newest_checkpoint
 from translate.training import train
 
 STEPS = 40

@@ -14,20 +14,21 @@ An unknown key anywhere is an error that names the file and lists the valid keys
 
     schema.py   the sections, each field's range in its metadata
     checks.py   a section built from plain values: keys, types, ranges, rules across fields
-    loader.py   YAML read safely, overrides applied, recipes saved by older runs upgraded
-
-A run folder's paths (a data folder saved relative to the run) are translate.run_folder's.
+    loader.py   YAML read safely, overrides applied, recipes saved by older runs upgraded, a
+                saved recipe's data folder written relative to where it is saved and read back
 """
 
 from translate.config.checks import ConfigError, checked, decode_options
 from translate.config.loader import (ADDED_MODEL_KEYS, RESUME_KEYS, RETIRED_MODEL_KEYS,
-                                     in_todays_keys, load_recipe, recipe_from_dict,
-                                     resume_overrides, upgrade_recipe, without_retired_keys)
+                                     data_from, data_relative_to, in_todays_keys, load_recipe,
+                                     recipe_from_dict, resume_overrides, upgrade_recipe,
+                                     without_retired_keys)
 from translate.config.schema import (SECTIONS, DataConfig, DecodeConfig, Recipe, TokenizerConfig,
                                      TrainConfig, to_plain)
 
 __all__ = ["RESUME_KEYS", "SECTIONS", "ConfigError", "DataConfig", "DecodeConfig", "Recipe",
-           "TokenizerConfig", "TrainConfig", "checked", "decode_options", "load_recipe",
+           "TokenizerConfig", "TrainConfig", "checked", "data_from", "data_relative_to",
+           "decode_options", "load_recipe",
            "recipe_from_dict", "resume_overrides", "to_plain", "upgrade_recipe",
            "without_retired_keys", "in_todays_keys", "ADDED_MODEL_KEYS",
            "RETIRED_MODEL_KEYS"]

@@ -1,8 +1,15 @@
-"""A recipe read: YAML read safely, `--set` overrides applied, old saved recipes upgraded."""
+"""A recipe read: YAML read safely, `--set` overrides applied, old saved recipes upgraded.
+
+A recipe saved in a folder (a run folder's recipe.yaml, a checkpoint) names a local data folder
+relative to that folder (`data_relative_to`), and is read back from there (`data_from`), so that
+a run finds its data from any working directory.
+"""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +19,7 @@ from translate import yaml_limits
 from translate.config.checks import ConfigError, build_section
 from translate.config.schema import SECTIONS, DecodeConfig, Recipe, TokenizerConfig
 from translate.models import MODELS
-from translate.paths import path_from
+from translate.paths import is_relative, path_from, readable
 
 # Where a tokenizer spec named by a relative path is looked for last: the project's root.
 PROJECT = Path(__file__).resolve().parents[2]
@@ -43,6 +50,24 @@ def load_recipe(path: str | Path | None = None, overrides: list[str] | tuple = (
     for item in overrides:
         _apply_override(raw, item)
     return recipe_from_dict(raw, where, base_dir=path.parent if path else Path.cwd())
+
+
+def data_relative_to(recipe: Recipe, folder: Path) -> Recipe:
+    """The recipe with a local data folder given relative to the working directory rewritten
+    relative to `folder` (a run folder): saved so, a run finds its data from anywhere. Hub
+    names and absolute paths stay as they are."""
+    dataset = recipe.data.dataset
+    if not (is_relative(dataset) and Path(dataset).exists()):
+        return recipe
+    moved = readable(os.path.relpath(os.path.abspath(dataset), os.path.abspath(folder)),
+                     Path(folder), Path(dataset))
+    return dataclasses.replace(recipe, data=dataclasses.replace(recipe.data, dataset=moved))
+
+
+def data_from(recipe: Recipe, folder: Path) -> Recipe:
+    """The inverse of `data_relative_to` for a recipe saved in `folder`."""
+    dataset = path_from(recipe.data.dataset, folder)
+    return dataclasses.replace(recipe, data=dataclasses.replace(recipe.data, dataset=dataset))
 
 
 def _read_yaml(path: Path) -> Any:

@@ -12,13 +12,13 @@ from typing import Optional
 import torch
 from torch import nn
 
-from translate.checkpoint import check_free_space, checkpoint_bytes
 from translate.config import ConfigError, Recipe, TrainConfig
 from translate.engine import Engine, engine_note, resolve_engine
 from translate.metrics import MetricsLog
 from translate.models import build_model, count_parameters
 from translate.training.batch_loss import BatchLoss
 from translate.training.batches import train_batcher
+from translate.training.checkpoints import check_free_space, checkpoint_bytes
 from translate.training.compilation import compiled, engine_name
 from translate.training.distributed import World
 from translate.training.graphs import StepGraphs, check_recipe

@@ -1,16 +1,116 @@
-"""A run's checkpoints as training sees them: what to resume from, and whether it may."""
+"""A run's checkpoints as training sees them: whether the disk holds them, which one to resume
+from and whether it may, and which step checkpoints to drop.
+
+    check_writable, check_free_space   before any work: the run folder takes files, and the
+                                       disk two checkpoints
+    newest_checkpoint                  the newest checkpoint that reads and holds a training
+                                       state (`missing_state`: RESUME_STATE, and TrainState's
+                                       counters under "trainer")
+    load_run_recipe, resume_point      the recipe a resumed run trains with; the checkpoint
+                                       it resumes from, checked against it
+    drop_old_steps                     train.keep_last
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import logging
+import shutil
+from dataclasses import fields, replace
 from pathlib import Path
 
-from translate.checkpoint import (CheckpointError, checkpoint_tokenizer, newest_checkpoint,
-                                  read_checkpoint, step_number)
-from translate.config import ConfigError, Recipe, recipe_from_dict, resume_overrides
-from translate.run_folder import (RUN_FILE, check_own_checkpoint, check_plain_files, data_from,
-                                  run_id, write_run_id)
+from torch import nn
+
+from translate.checkpoint import (CheckpointError, checkpoint_tokenizer, read_checkpoint,
+                                  step_number)
+from translate.config import ConfigError, Recipe, data_from, recipe_from_dict, resume_overrides
+from translate.run_folder import (RUN_FILE, check_own_checkpoint, check_plain_files, run_id,
+                                  write_run_id)
 from translate.tokenizer import Tokenizer
+from translate.training.state import TrainState
+
+log = logging.getLogger(__name__)
+
+# What a checkpoint needs to resume from (Trainer.save writes them all): these entries, and
+# under "trainer" every counter of TrainState but the step, saved beside it
+# (`TrainState.to_checkpoint`).
+RESUME_STATE = ("step", "optimizer", "scheduler", "rng", "trainer")
+TRAINER_STATE = tuple(f.name for f in fields(TrainState) if f.name != "step")
+
+
+def check_writable(run_dir: Path) -> None:
+    """Fail before any work if the run folder cannot be written."""
+    probe = run_dir / ".write_probe"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"\0" * 1024)
+        probe.unlink()
+    except OSError as e:
+        raise OSError(f"cannot write to the run folder {run_dir}: {e.strerror}") from None
+
+
+def checkpoint_bytes(model: nn.Module, with_ema: bool) -> int:
+    """About the size of one checkpoint: the weights, Adam's two moments and the EMA."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    return weights * (4 if with_ema else 3)
+
+
+def check_free_space(run_dir: Path, checkpoint_size: int) -> None:
+    """Fail before training if the disk cannot hold two checkpoints (one being replaced)."""
+    free = shutil.disk_usage(run_dir).free
+    if free < 2 * checkpoint_size:
+        raise OSError(f"only {free / 2**20:.1f} MiB free for the run folder {run_dir}; its "
+                      f"checkpoints need about {2 * checkpoint_size / 2**20:.1f} MiB")
+
+
+def newest_checkpoint(run_dir: Path, verify: bool = True) -> tuple[Path, dict]:
+    """The run's newest checkpoint that reads: last.pt or step_<N>.pt, highest step first, then
+    best.pt; each unreadable one is skipped with a warning naming the file. Without `verify`
+    (`read_checkpoint`), a damaged file whose pickled part still reads is taken."""
+    last = run_dir / "last.pt"
+    last_data = _resumable(last, verify) if last.exists() else None
+    newer_than = int(last_data["step"]) if last_data else -1
+    steps = sorted((p for p in run_dir.glob("step_*.pt") if step_number(p) > newer_than),
+                   key=step_number, reverse=True)
+    for path in steps:
+        if (data := _resumable(path, verify)) is not None:
+            return path, data
+    if last_data is not None:
+        return last, last_data
+    best = run_dir / "best.pt"
+    if best.exists() and (data := _resumable(best, verify)) is not None:
+        return best, data
+    raise CheckpointError(f"no readable checkpoint to resume from in {run_dir} (looked for "
+                          f"last.pt, step_*.pt and best.pt; those written with "
+                          f"train.step_checkpoints: weights hold the weights alone)")
+
+
+def _resumable(path: Path, verify: bool) -> dict | None:
+    """The checkpoint's dict when it can be resumed from, else None after a warning naming it."""
+    try:
+        data = read_checkpoint(path, verify, follow=False)
+    except CheckpointError as e:
+        log.warning("skipping %s", e)
+        return None
+    if data.get("weights_only") is True:  # train.step_checkpoints: weights, as intended
+        return None
+    if (missing := missing_state(data)) is not None:
+        log.warning("skipping %s: it holds no %s to resume from", path, missing)
+        return None
+    return data
+
+
+def missing_state(data: dict) -> str | None:
+    """The first part of a training state the checkpoint lacks (None: it can be resumed from);
+    a checkpoint for decoding (an average, an export's) has none."""
+    train = data["recipe"].get("train")
+    muon = isinstance(train, dict) and train.get("optimizer") == "muon"
+    missing = [key for key in (*RESUME_STATE, *(("muon", "muon_scheduler") if muon else ()))
+               if key not in data]
+    if missing:
+        return missing[0]
+    if not isinstance(data["trainer"], dict):
+        return "trainer"
+    return next((f"trainer.{key}" for key in TRAINER_STATE if key not in data["trainer"]), None)
 
 
 def load_run_recipe(run_dir: Path, overrides: list[str] | tuple = (),

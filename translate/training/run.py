@@ -10,14 +10,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Optional
 
-from translate.checkpoint import CheckpointError, Loaded, check_writable, load_checkpoint
+from translate.checkpoint import CheckpointError, Loaded, load_checkpoint
 from translate.config import Recipe
 from translate.data.read import load_split
 from translate.evaluation import evaluate_split
 from translate.inference import decoding_model
 from translate.metrics import MetricsLog
 from translate.run_folder import locked, owned_files, run_id, start_run
-from translate.training.checkpoints import resume_point
+from translate.training.checkpoints import check_writable, resume_point
 from translate.training.distributed import World, join, together
 from translate.training.graphs import check_recipe
 from translate.training.build import build_trainer
