@@ -167,7 +167,7 @@ class OursGraphs(Ours):
         super().__init__(vocab, precision, PLAIN, device, dropout=dropout, shape=shape,
                          loss_chunk=loss_chunk)
         cfg = TrainConfig(lr=1e-4, betas=(0.9, 0.98), weight_decay=0.01)  # as `adamw` has it
-        self.opt, _ = make_optimizer(self.model, cfg, capturable=True)
+        self.opt = make_optimizer(self.model, cfg, capturable=True)
         self.graphs = StepGraphs(self.model, None, self.opt, 0.1, 1.0, self.loss, self.device,
                                  torch.float64)
 

@@ -265,7 +265,7 @@ def test_packed_linear_follows_the_fused_optimizers_steps():
     `watch_optimizer` moves them, so inference after a step uses the new weights, not the packed
     copy of the old ones."""
     layer, x = PackedLinear(16, 24), torch.randn(3, 5, 16)
-    optimizer, _ = make_optimizer(layer, TrainConfig())
+    optimizer = make_optimizer(layer, TrainConfig())
     assert optimizer.defaults["fused"]  # the CPU's default
     FAST.watch_optimizer(optimizer)
     optimizer.param_groups[0]["lr"] = 0.1  # no warm-up

@@ -75,7 +75,6 @@ def test_a_nan_loss_skips_the_batch_without_touching_the_weights(monkeypatch, tr
         step(trainer, batch)
 
 
-@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
 def test_fp16_overflow_is_skipped_by_the_grad_scaler(trainer):
     trainer.updater.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
     trainer.model.output.weight.register_hook(lambda grad: grad * float("inf"))

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import TINY_OVERRIDES
-from translate.checkpoint import CheckpointError, read_checkpoint
+from translate.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from translate.config import load_recipe
 from translate.training.checkpoints import load_run_recipe, newest_checkpoint
 from translate.training import train
@@ -152,9 +152,53 @@ def test_a_resumed_muon_run_equals_the_uninterrupted_one(recipe_path, data, tmp_
                    for k in their_state[i])
         assert ours[key]["param_groups"] == theirs[key]["param_groups"]
         assert theirs[key]["param_groups"][0]["lr"] == 0.0  # the budget ran out
-    for key in ("scheduler", "muon_scheduler"):
-        assert ours[key] == theirs[key]
-    assert theirs["muon_scheduler"]["lr_lambdas"][0]["progress"] == 1.0
+    assert ours["trainer"]["warmup_end"] == theirs["trainer"]["warmup_end"] == 4 / MUON_STEPS
+
+
+def as_written_before(data: dict) -> dict:
+    """Checkpoint `data` as translate wrote it while torch's LambdaLR set the learning rates:
+    the schedule's state under "scheduler" and "muon_scheduler" (its decay_from where
+    trainer.warmup_end is now), and each optimizer's parameter groups holding the peak as
+    initial_lr."""
+    train, step = data["recipe"]["train"], data["step"]
+    old = {**data, "trainer": {k: v for k, v in data["trainer"].items() if k != "warmup_end"}}
+    for key, scheduler, peak in (("optimizer", "scheduler", train["lr"]),
+                                 ("muon", "muon_scheduler", train["muon_lr"])):
+        groups = [{**group, "initial_lr": peak} for group in data[key]["param_groups"]]
+        old[key] = {**data[key], "param_groups": groups}
+        old[scheduler] = {
+            "base_lrs": [peak] * len(groups), "last_epoch": step, "_step_count": step + 1,
+            "_get_lr_called_within_step": False, "_last_lr": [g["lr"] for g in groups],
+            "lr_lambdas": [{"kind": train["lr_schedule"], "warmup": train["warmup"],
+                            "decay_fraction": train["decay_fraction"],
+                            "progress": step / train["max_steps"],
+                            "decay_from": data["trainer"]["warmup_end"]} for _ in groups]}
+    return old
+
+
+def test_a_checkpoint_from_before_the_trainer_set_the_rate_resumes_exactly(recipe_path, data,
+                                                                           tmp_path):
+    """A checkpoint with LambdaLR's state (`training.checkpoints.upgrade_training_state`):
+    a linear decay from the end of warm-up, at a fifth of the budget, goes on from there."""
+    overrides = [*MUON_OVERRIDES, "train.lr_schedule=linear"]
+    straight = run_tiny(recipe_path, data, MUON_STEPS, tmp_path / "straight", *overrides).run_dir
+    crashed = shutil.copytree(straight, tmp_path / "crashed")
+    for name in ("last.pt", f"step_{MUON_STEPS}.pt"):
+        (crashed / name).unlink()
+    halfway = crashed / f"step_{MUON_STEPS // 2}.pt"
+    write_checkpoint(halfway, as_written_before(read_checkpoint(halfway)))
+    shutil.copy(halfway, crashed / "best.pt")
+    path, upgraded = newest_checkpoint(crashed)
+    assert path == halfway and "scheduler" in read_checkpoint(halfway)
+    assert not {"scheduler", "muon_scheduler"} & upgraded.keys()
+    assert upgraded["trainer"]["warmup_end"] == 4 / MUON_STEPS
+    resume_tiny(crashed, MUON_STEPS)
+    assert curve(crashed) == curve(straight)  # exact: the same rates, updates and losses
+    last = f"step_{MUON_STEPS}.pt"
+    ours, theirs = read_checkpoint(crashed / last), read_checkpoint(straight / last)
+    assert all(torch.equal(ours["model"][k], theirs["model"][k]) for k in theirs["model"])
+    for key in ("optimizer", "muon"):  # initial_lr gone: today's layout
+        assert ours[key]["param_groups"] == theirs[key]["param_groups"]
 
 
 def test_step_checkpoints_hold_the_weights_alone_and_best_is_a_file_of_its_own(straight):

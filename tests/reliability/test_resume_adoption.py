@@ -97,6 +97,8 @@ def test_adopt_is_refused_without_resume(recipe_path, small_data, tmp_path):
     (lambda d: d["trainer"].update(train_seconds="1"), "its trainer.train_seconds is '1'"),
     (lambda d: d["trainer"].update(best_bleu=250.0), "its trainer.best_bleu is 250.0, outside"),
     (lambda d: d["trainer"].update(best_bleu=-7.0), "its trainer.best_bleu is -7.0"),
+    (lambda d: d["trainer"].update(warmup_end=1.5), "its trainer.warmup_end is 1.5, outside"),
+    (lambda d: d["trainer"].update(warmup_end="0.2"), "its trainer.warmup_end is '0.2'"),
     (lambda d: d.update(step=0) or d["trainer"].update(epoch=9), "it is at step 0 but in epoch 9"),
 ])
 def test_a_crafted_last_pt_with_impossible_counters_is_refused_by_name(run, change, says):

@@ -95,7 +95,6 @@ def test_a_recorded_runs_checkpoint_resumes_it_exactly(make_trainer):
         first.next_step(order)
     saved = torch.load(first.save("last.pt"), weights_only=True)
     assert isinstance(saved["optimizer"]["param_groups"][0]["lr"], float)
-    assert all(isinstance(lr, float) for lr in saved["scheduler"]["base_lrs"])
 
     resumed = make_trainer(True)
     resumed.restore(saved)

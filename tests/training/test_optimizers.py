@@ -55,8 +55,7 @@ def test_every_parameter_is_in_exactly_one_group_and_the_right_one(arch, overrid
 def test_the_two_optimizers_share_the_parameters_out(arch):
     model = small_model(arch)
     cfg = load_recipe(None, ["train.optimizer=muon"]).train
-    adamw, scheduler = make_optimizer(model, cfg)
-    muon, _ = make_muon(model, cfg, scheduler.lr_lambdas[0])
+    adamw, muon = make_optimizer(model, cfg), make_muon(model, cfg)
     ids = [[id(p) for group in o.param_groups for p in group["params"]] for o in (adamw, muon)]
     assert sorted(ids[0] + ids[1]) == sorted(id(p) for p in model.parameters())
     assert ids[1] == [id(p) for p in muon_split(model)[0].values()]

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from conftest import read_jsonl, tiny_trainer
+from translate.training.optim import lr_scale
 from translate.training.step import plain_step
 
 
@@ -34,19 +35,24 @@ def test_the_plain_step_is_the_trainers_step(recipe_path, small_data, tmp_path, 
     trainer = tiny_trainer(recipe_path, small_data, tmp_path / "trainer", *overrides)
     order = trainer.batcher.epoch(trainer.state.epoch)
     seen = gradients_at_each_update(trainer.updater.optimizers)
+    lrs = []  # each step's learning rates, as the trainer's schedule set them
     for _ in range(2):
+        lrs.append([o.param_groups[0]["lr"] for o in trainer.updater.optimizers])
         trainer.next_step(order)
     trainer.settle()
     trainer.metrics.close()
     logged = [r["loss"] for r in read_jsonl(trainer.run_dir / "metrics.jsonl")]
 
     textbook = tiny_trainer(recipe_path, small_data, tmp_path / "textbook", *overrides)
-    optimizers, schedulers = textbook.updater.optimizers, textbook.updater.schedulers
-    assert len(optimizers) == len(schedulers) == (2 if optimizer == "muon" else 1)
+    optimizers = textbook.updater.optimizers
+    assert len(optimizers) == len(lrs[0]) == (2 if optimizer == "muon" else 1)
     mine = gradients_at_each_update(optimizers)
     cfg = textbook.cfg
-    losses = [plain_step(textbook.model, textbook.batcher.batch(order[i]), optimizers,
-                         schedulers, cfg.label_smoothing, cfg.clip_norm, precision)
+    # the schedule's rates, a function of the step (inverse_sqrt: the budget plays no part)
+    assert lrs == [[peak * lr_scale(cfg, i, 0.0, None) for peak in textbook.updater.peaks]
+                   for i in range(2)]
+    losses = [plain_step(textbook.model, textbook.batcher.batch(order[i]), optimizers, lrs[i],
+                         cfg.label_smoothing, cfg.clip_norm, precision)
               for i in range(2)]
     assert losses == pytest.approx(logged, rel=1e-12)
     assert all(optimizer.state for optimizer in optimizers)  # each took its steps

@@ -1,5 +1,6 @@
 """Learning-rate schedules: inverse square root, and linear/cosine/wsd decays that end with the
-budget."""
+budget; the rate a pure function of the step, the budget used and when warm-up ended
+(`optim.lr_scale`), written into the optimizers by the trainer."""
 
 import json
 import math
@@ -7,48 +8,52 @@ import math
 import pytest
 import torch
 
-from conftest import TINY_OVERRIDES, train_tiny
+from conftest import TINY_OVERRIDES, tiny_trainer, train_tiny
 from translate.config import ConfigError, TrainConfig, load_recipe
 from translate.training import TrainState, train
-from translate.training.optim import LRSchedule
+from translate.training.optim import lr_scale, warmup_ended
 from translate.training.state import budget_used
+
+
+def rates(cfg: TrainConfig, steps_and_used: list[tuple[int, float]]) -> list[float]:
+    """`lr_scale` after each (step, budget used) in turn, warmup_end recorded as the trainer
+    records it (`warmup_ended`)."""
+    warmup_end, scales = None, []
+    for step, used in steps_and_used:
+        warmup_end = warmup_ended(cfg, step, used, warmup_end)
+        scales.append(lr_scale(cfg, step, used, warmup_end))
+    return scales
 
 
 @pytest.mark.parametrize("kind, at_0_4", [("linear", 0.75), ("cosine", 0.5 + 0.5 * math.cos(math.pi / 4))])
 def test_budget_schedules_warm_up_then_decay_to_zero(kind, at_0_4):
-    schedule = LRSchedule(kind, warmup=10)
-    assert schedule(0) == 0.1 and schedule(5) == 0.5  # warm-up counts steps
-    schedule.progress = 0.2  # warm-up ends with a fifth of the budget used ...
-    assert schedule(10) == 1.0 and schedule.decay_from == 0.2
-    schedule.progress = 0.4  # ... so the decay spans the other four fifths
-    assert math.isclose(schedule(20), at_0_4)
-    schedule.progress = 0.6
-    assert math.isclose(schedule(30), 0.5)  # both are halfway down halfway through
-    schedule.progress = 1.0
-    assert schedule(40) == 0.0
+    cfg = TrainConfig(lr_schedule=kind, warmup=10)
+    assert lr_scale(cfg, 0, 0.0, None) == 0.1 and lr_scale(cfg, 5, 0.1, None) == 0.5  # steps
+    assert warmup_ended(cfg, 9, 0.18, None) is None  # still warming up
+    end = warmup_ended(cfg, 10, 0.2, None)  # warm-up ends with a fifth of the budget used ...
+    assert end == 0.2 and lr_scale(cfg, 10, 0.2, end) == 1.0
+    assert warmup_ended(cfg, 20, 0.4, end) == 0.2  # recorded once
+    assert math.isclose(lr_scale(cfg, 20, 0.4, end), at_0_4)  # ... so the decay spans the rest
+    assert math.isclose(lr_scale(cfg, 30, 0.6, end), 0.5)  # both are halfway down halfway through
+    assert lr_scale(cfg, 40, 1.0, end) == 0.0
 
 
 def test_wsd_holds_the_peak_then_decays_to_zero_over_the_budgets_last_fraction():
-    schedule = LRSchedule("wsd", warmup=10, decay_fraction=0.2)
-    assert schedule(0) == 0.1 and schedule(5) == 0.5  # warm-up counts steps
-    for step, progress in [(10, 0.05), (20, 0.5), (30, 0.8)]:  # stable: the peak
-        schedule.progress = progress
-        assert schedule(step) == 1.0
-    schedule.progress = 0.85  # a quarter of the decay done: 1 - sqrt(1/4)
-    assert math.isclose(schedule(31), 0.5)
-    schedule.progress = 1.0
-    assert schedule(40) == 0.0
+    cfg = TrainConfig(lr_schedule="wsd", warmup=10, decay_fraction=0.2)
+    assert rates(cfg, [(0, 0.0), (5, 0.01)]) == [0.1, 0.5]  # warm-up counts steps
+    # stable at the peak, then a quarter of the decay done (1 - sqrt(1/4)), then the end
+    scales = rates(cfg, [(10, 0.05), (20, 0.5), (30, 0.8), (31, 0.85), (40, 1.0)])
+    assert scales[:3] == [1.0, 1.0, 1.0] and math.isclose(scales[3], 0.5) and scales[4] == 0.0
 
 
 def test_wsd_on_a_time_budget_decays_in_its_last_minutes():
-    """The trainer sets `progress` from the budget (`budget_used`): with max_minutes alone the
-    decay starts at (1 - decay_fraction) of the minutes, however many steps were taken."""
+    """The trainer computes the budget used (`budget_used`): with max_minutes alone the decay
+    starts at (1 - decay_fraction) of the minutes, however many steps were taken."""
     cfg = TrainConfig(lr_schedule="wsd", decay_fraction=0.25, warmup=10, max_minutes=40)
-    schedule = LRSchedule(cfg.lr_schedule, cfg.warmup, cfg.decay_fraction)
 
     def rate(step: int, minutes: float) -> float:
-        schedule.progress = budget_used(cfg, TrainState(step=step, elapsed=minutes * 60), 0.0, 1)
-        return schedule(step)
+        used = budget_used(cfg, TrainState(step=step, elapsed=minutes * 60), 0.0, 1)
+        return lr_scale(cfg, step, used, warmup_end=1 / 40)  # warm-up ended after a minute
 
     assert rate(10, 1) == rate(5000, 29.9) == rate(50, 30) == 1.0  # fast or slow: the peak
     assert math.isclose(rate(60, 35), 1 - math.sqrt(0.5))  # half the last 10 minutes
@@ -56,46 +61,43 @@ def test_wsd_on_a_time_budget_decays_in_its_last_minutes():
 
 
 def test_wsd_decays_from_the_end_of_warm_up_when_that_is_later():
-    schedule = LRSchedule("wsd", warmup=10, decay_fraction=0.2)
-    schedule.progress = 0.9  # warm-up ends past the stable part's end: no jump down
-    assert schedule(10) == 1.0 and schedule.decay_from == 0.9
-    schedule.progress = 0.925
-    assert math.isclose(schedule(11), 0.5)
+    cfg = TrainConfig(lr_schedule="wsd", warmup=10, decay_fraction=0.2)
+    end = warmup_ended(cfg, 10, 0.9, None)  # warm-up ends past the stable part's end
+    assert end == 0.9 and lr_scale(cfg, 10, 0.9, end) == 1.0  # no jump down
+    assert math.isclose(lr_scale(cfg, 11, 0.925, end), 0.5)
 
 
-def test_a_resumed_scheduler_goes_on_where_it_stood():
-    """The schedule's state is saved with the scheduler and restored from it."""
-    model = torch.nn.Linear(2, 2)
-
-    def scheduler(kind: str) -> torch.optim.lr_scheduler.LambdaLR:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1.0)
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, LRSchedule(kind, 4, 0.5))
-
-    ran, resumed = scheduler("wsd"), scheduler("wsd")
-    for step in range(1, 8):
-        ran.lr_lambdas[0].progress = step / 10
-        ran.optimizer.step()  # (no gradients: nothing moves)
-        ran.step()
-    resumed.load_state_dict(ran.state_dict())
-    assert resumed.lr_lambdas[0].__dict__ == {"kind": "wsd", "warmup": 4, "decay_fraction": 0.5,
-                                               "progress": 0.7, "decay_from": 0.4}
-    for schedule in (ran, resumed):
-        schedule.lr_lambdas[0].progress = 0.75
-        schedule.optimizer.step()
-        schedule.step()
-    assert ran.get_last_lr() == resumed.get_last_lr() == [1 - math.sqrt(0.5)]
+def test_the_rate_is_a_function_of_the_step_the_budget_and_the_end_of_warm_up():
+    """What a resumed run needs to go on where it stood is the state's warmup_end: the same
+    step and budget give the same rate, whatever came before."""
+    cfg = TrainConfig(lr_schedule="wsd", warmup=4, decay_fraction=0.5)
+    ran = rates(cfg, [(step, step / 10) for step in range(0, 9)])
+    assert warmup_ended(cfg, 4, 0.4, None) == 0.4
+    assert lr_scale(cfg, 8, 0.8, warmup_end=0.4) == ran[-1]
+    assert math.isclose(ran[-1], 1 - math.sqrt(0.6))  # from 0.5 (the stable part's end) on
 
 
 def test_inverse_sqrt_ignores_the_budget():
-    schedule = LRSchedule("inverse_sqrt", warmup=100)
-    schedule.progress = 0.9
-    assert schedule(50) == 0.5 and math.isclose(schedule(400), 0.5)
+    cfg = TrainConfig(lr_schedule="inverse_sqrt", warmup=100)
+    assert lr_scale(cfg, 50, 0.9, None) == 0.5 and math.isclose(lr_scale(cfg, 400, 0.9, None), 0.5)
+    assert warmup_ended(cfg, 400, 0.9, None) is None  # nothing to record
 
 
 def test_a_budget_that_ends_in_warm_up_decays_nothing_after():
-    schedule = LRSchedule("linear", warmup=10)
-    schedule.progress = 1.0
-    assert schedule(9) == 0.9 and schedule(10) == 0.0
+    cfg = TrainConfig(lr_schedule="linear", warmup=10)
+    assert rates(cfg, [(9, 1.0), (10, 1.0)]) == [0.9, 0.0]
+
+
+def test_muon_follows_adamws_schedule_from_its_own_peak(recipe_path, small_data, tmp_path):
+    """`Updater.set_lr` writes one scale into both optimizers' parameter groups, times each
+    one's peak: train.lr for AdamW, train.muon_lr for Muon."""
+    trainer = tiny_trainer(recipe_path, small_data, tmp_path / "run", "train.optimizer=muon")
+    trainer.updater.set_lr(0.25)
+    assert [g["lr"] for g in trainer.updater.optimizer.param_groups] == \
+        [0.25 * trainer.cfg.lr] * len(trainer.updater.optimizer.param_groups)
+    assert [g["lr"] for g in trainer.updater.muon.param_groups] == \
+        [0.25 * trainer.cfg.muon_lr] * len(trainer.updater.muon.param_groups)
+    assert trainer.updater.lr == 0.25 * trainer.cfg.lr
 
 
 def lr_records(run_dir) -> list[tuple[int, float]]:
@@ -115,9 +117,7 @@ def test_linear_schedule_reaches_zero_at_max_steps(recipe_path, small_data, tmp_
     for (_, lr), want in zip(lrs, expected):
         assert math.isclose(lr, want, rel_tol=1e-6, abs_tol=1e-12)
     saved = torch.load(result.run_dir / "last.pt", weights_only=True)  # the safe loader
-    assert saved["scheduler"]["lr_lambdas"][0] == {"kind": "linear", "warmup": 30,
-                                                   "decay_fraction": 0.2, "progress": 1.0,
-                                                   "decay_from": 0.75}
+    assert saved["trainer"]["warmup_end"] == 0.75 and "scheduler" not in saved  # 30 of 40
     assert saved["optimizer"]["param_groups"][0]["lr"] == 0.0  # a resumed step would use 0
 
 
@@ -128,8 +128,7 @@ def test_time_budget_drives_the_decay(recipe_path, small_data, tmp_path):
                                     f"data.dataset={small_data}"])
     result = train(cfg, tmp_path / "run", device="cpu", progress=False)
     saved = torch.load(result.run_dir / "last.pt", weights_only=True)  # the training state
-    state = saved["scheduler"]["lr_lambdas"][0]
-    assert state["progress"] == 1.0 and state["decay_from"] == 0.0
+    assert saved["trainer"]["warmup_end"] == 0.0  # one step of warm-up: over at the start
     assert saved["optimizer"]["param_groups"][0]["lr"] == 0.0  # stopped as the budget ran out
     lrs = [lr for _, lr in lr_records(result.run_dir)]
     assert lrs == sorted(lrs, reverse=True) and lrs[0] < 3e-3  # down from the first step

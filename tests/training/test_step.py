@@ -39,9 +39,10 @@ def make_trainer(recipe_path, small_data, tmp_path):
 def skipping_on_device(trainer: Trainer) -> Trainer:
     """`trainer` as it runs on a GPU: fused AdamW, NaN/inf checks left on the device."""
     updater = trainer.updater
-    updater.optimizer, updater.scheduler = make_optimizer(trainer.model, trainer.cfg, fused=True)
+    updater.optimizer = make_optimizer(trainer.model, trainer.cfg, fused=True)
     trainer.engine.watch_optimizer(updater.optimizer)
     trainer.updater.defer_checks = True
+    trainer.schedule(0.0)  # the first step's learning rate, into the new optimizer
     return trainer
 
 
@@ -112,10 +113,11 @@ def test_a_step_not_skipped_on_the_device_is_the_plain_step(make_trainer):
     for defer in (True, False):
         trainer.model.load_state_dict(start)
         updater = trainer.updater
-        updater.optimizer, updater.scheduler = make_optimizer(trainer.model, trainer.cfg,
-                                                              fused=True)
+        updater.optimizer = make_optimizer(trainer.model, trainer.cfg, fused=True)
         trainer.engine.watch_optimizer(updater.optimizer)
-        trainer.updater.defer_checks, trainer.state.position = defer, 0
+        # from step 0 again: the learning rate is a function of the step
+        trainer.updater.defer_checks, trainer.state.position, trainer.state.step = defer, 0, 0
+        trainer.schedule(0.0)
         for _ in range(3):
             trainer.next_step(order)
         weights.append(snapshot(trainer))

@@ -1,6 +1,6 @@
 """`build_trainer`: a recipe and its prepared data in, a `Trainer` ready to `run()` out — the
 device, precision and threads settled, the seed set, the engine chosen, the model, its weight
-average, optimizer, schedule and loss scaler built."""
+average, optimizers and loss scaler built."""
 
 from __future__ import annotations
 
@@ -83,17 +83,16 @@ def settle_device(recipe: Recipe, device: torch.device, world: World) -> str:
 
 def build_updater(model: nn.Module, cfg: TrainConfig, engine: Engine, device: torch.device,
                   precision: str, world: World) -> Updater:
-    """The optimizers, schedule, weight average, loss scaler and loss function around
-    `model`."""
+    """The optimizers (at their peak rates until the Trainer sets each step's), weight average,
+    loss scaler and loss function around `model`."""
     # The compiled forward shares the model's parameters; checkpoints save the model itself,
     # so their names carry no torch.compile prefix.
     forward = compiled(model, device) if cfg.compile else model
     batch_loss = BatchLoss(model, forward, engine.loss, device, precision, cfg.loss_chunk)
     ema = copy.deepcopy(model).eval().requires_grad_(False) if cfg.ema_decay > 0 else None
     figure_dtype = torch.float32 if device.type == "mps" else torch.float64
-    optimizer, scheduler = make_optimizer(model, cfg, capturable=cfg.cuda_graphs)
-    muon, muon_scheduler = (make_muon(model, cfg, scheduler.lr_lambdas[0])
-                            if cfg.optimizer == "muon" else (None, None))
+    optimizer = make_optimizer(model, cfg, capturable=cfg.cuda_graphs)
+    muon = make_muon(model, cfg) if cfg.optimizer == "muon" else None
     optimizers = [o for o in (optimizer, muon) if o is not None]
     for each in optimizers:
         engine.watch_optimizer(each)  # the fast engine's packed weights follow its steps
@@ -104,8 +103,8 @@ def build_updater(model: nn.Module, cfg: TrainConfig, engine: Engine, device: to
     # on the device and is read with the log; the CPU reads it at once, and so does a GPU with
     # Muon, which has no step that skips on the device.
     defer_checks = device.type == "cuda" and all(skips_on_device(o) for o in optimizers)
-    return Updater(cfg, model, ema, optimizer, scheduler, scaler, batch_loss, graphs,
-                   defer_checks, figure_dtype, world, muon, muon_scheduler)
+    return Updater(cfg, model, ema, optimizer, scaler, batch_loss, graphs, defer_checks,
+                   figure_dtype, world, muon)
 
 
 def step_note(cfg: TrainConfig, device: torch.device) -> str:

@@ -5,7 +5,8 @@ from and whether it may, and which step checkpoints to drop.
                                        disk two checkpoints
     newest_checkpoint                  the newest checkpoint that reads and holds a training
                                        state (`missing_state`: RESUME_STATE, and TrainState's
-                                       counters under "trainer")
+                                       counters under "trainer"), in today's layout
+                                       (`upgrade_training_state`)
     load_run_recipe, resume_point      the recipe a resumed run trains with; the checkpoint
                                        it resumes from, checked against it
     drop_old_steps                     train.keep_last
@@ -30,10 +31,10 @@ from translate.training.state import TrainState
 
 log = logging.getLogger(__name__)
 
-# What a checkpoint needs to resume from (Trainer.save writes them all): these entries, and
-# under "trainer" every counter of TrainState but the step, saved beside it
-# (`TrainState.to_checkpoint`).
-RESUME_STATE = ("step", "optimizer", "scheduler", "rng", "trainer")
+# What a checkpoint needs to resume from (Trainer.save writes them all): these entries (and
+# "muon" with train.optimizer muon), and under "trainer" every counter of TrainState but the
+# step, saved beside it (`TrainState.to_checkpoint`).
+RESUME_STATE = ("step", "optimizer", "rng", "trainer")
 TRAINER_STATE = tuple(f.name for f in fields(TrainState) if f.name != "step")
 
 
@@ -93,6 +94,7 @@ def _resumable(path: Path, verify: bool) -> dict | None:
         return None
     if data.get("weights_only") is True:  # train.step_checkpoints: weights, as intended
         return None
+    data = upgrade_training_state(data)
     if (missing := missing_state(data)) is not None:
         log.warning("skipping %s: it holds no %s to resume from", path, missing)
         return None
@@ -104,13 +106,43 @@ def missing_state(data: dict) -> str | None:
     a checkpoint for decoding (an average, an export's) has none."""
     train = data["recipe"].get("train")
     muon = isinstance(train, dict) and train.get("optimizer") == "muon"
-    missing = [key for key in (*RESUME_STATE, *(("muon", "muon_scheduler") if muon else ()))
-               if key not in data]
+    missing = [key for key in (*RESUME_STATE, *(("muon",) if muon else ())) if key not in data]
     if missing:
         return missing[0]
     if not isinstance(data["trainer"], dict):
         return "trainer"
     return next((f"trainer.{key}" for key in TRAINER_STATE if key not in data["trainer"]), None)
+
+
+def upgrade_training_state(data: dict) -> dict:
+    """A checkpoint's training state in today's layout.
+
+    Checkpoints written while torch's LambdaLR scheduled the learning rate hold its state
+    ("scheduler", and "muon_scheduler" with Muon) instead of the trainer's warmup_end. Of that
+    state a resume needs one value: the budget's fraction used when warm-up ended, the
+    schedule's saved "decay_from" (None where the schedule was a plain function, which saved
+    none: inverse_sqrt alone, before train.lr_schedule). It becomes trainer.warmup_end, and the
+    scheduler entries go. Both layouts hold the next step's learning rates in the optimizers'
+    parameter groups; the "initial_lr" LambdaLR added to each (the peak, which the recipe
+    holds) goes too.
+    """
+    trainer = data.get("trainer")
+    if "scheduler" not in data or not isinstance(trainer, dict) or "warmup_end" in trainer:
+        return data
+    saved = data["scheduler"]
+    schedules = saved.get("lr_lambdas") if isinstance(saved, dict) else None
+    schedule = schedules[0] if isinstance(schedules, list) and schedules else None
+    warmup_end = schedule.get("decay_from") if isinstance(schedule, dict) else None
+    upgraded = {key: value for key, value in data.items()
+                if key not in ("scheduler", "muon_scheduler")}
+    upgraded["trainer"] = {**trainer, "warmup_end": warmup_end}
+    for key in ("optimizer", "muon"):
+        groups = data[key].get("param_groups") if isinstance(data.get(key), dict) else None
+        if isinstance(groups, list):
+            upgraded[key] = {**data[key], "param_groups": [
+                {k: v for k, v in group.items() if k != "initial_lr"}
+                if isinstance(group, dict) else group for group in groups]}
+    return upgraded
 
 
 def load_run_recipe(run_dir: Path, overrides: list[str] | tuple = (),
@@ -183,6 +215,13 @@ def check_counters(path: Path, checkpoint: dict) -> None:
             raise CheckpointError(f"{path}: its trainer.{name} is {value!r}, outside what a run "
                                   f"reaches ({low:g} to {high:g}); resume from another "
                                   f"checkpoint")
+    warmup_end = trainer.get("warmup_end")
+    if warmup_end is not None and (isinstance(warmup_end, bool) or
+                                   not isinstance(warmup_end, (int, float)) or
+                                   not 0.0 <= warmup_end <= 1.0):
+        raise CheckpointError(f"{path}: its trainer.warmup_end is {warmup_end!r}, outside what a "
+                              f"run reaches (a fraction of the budget, 0 to 1, or None); resume "
+                              f"from another checkpoint")
     if checkpoint["step"] == 0 and trainer.get("epoch", 0) > 1:
         raise CheckpointError(f"{path}: it is at step 0 but in epoch {trainer['epoch']}; resume "
                               f"from another checkpoint")

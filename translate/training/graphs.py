@@ -9,7 +9,7 @@ step lives in device memory the graph reads:
 
     the batch              copied into buffers kept per shape (B, S, T): `Slots`
     the target tokens      a () tensor filled before each replay
-    the learning rate      a tensor in the optimizer, which the scheduler fills
+    the learning rate      a tensor in the optimizer, which `Updater.set_lr` fills
     the EMA's weight       a () tensor, 1 - decay for this step
     a NaN/inf loss         decided on the device: the fused AdamW skips the update
 

@@ -17,6 +17,7 @@ from translate.metrics import LogWindow, MetricsLog
 from translate.training.batches import TrainBatcher
 from translate.training.checkpoints import drop_old_steps
 from translate.training.distributed import World, agree, any_rank, from_main_numbers
+from translate.training.optim import lr_scale, warmup_ended
 from translate.training.prepare import TrainingData
 from translate.training.progress import TrainingBar
 from translate.training.state import (TrainState, budget_used, out_of_budget, train_record,
@@ -54,6 +55,7 @@ class Trainer:
         self.state = TrainState()
         self.last_eval_seconds = 0.0  # the last validation's, counted ahead against the budget
         self.run_id: str | None = None  # run.json's, written into every checkpoint
+        self.schedule(0.0)  # the first step's learning rates (a resumed run loads its own)
 
     def run(self) -> int:
         """Train until a stopping rule fires; SIGINT/SIGTERM save last.pt and raise Interrupted."""
@@ -101,7 +103,7 @@ class Trainer:
         due, stop, used = from_main_numbers(
             [validation_due(cfg, state, now - self.last_eval), out_of_budget(cfg, state, ahead),
              budget_used(cfg, state, ahead, len(batches))], self.world)
-        self.updater.schedule(used)  # the budget used sets the learning rates of the next step
+        self.schedule(used)  # the steps and the budget used set the next step's learning rates
         due, stop = due > 0, stop > 0
         if due or stop:
             stop = agree([self.validate()], self.world)[0] or stop
@@ -110,6 +112,15 @@ class Trainer:
         elif cfg.save_every and state.step % cfg.save_every == 0:  # step_N.pt serves when due
             self.save("last.pt")
         return stop
+
+    def schedule(self, used: float) -> None:
+        """Set the next step's learning rates (`Updater.set_lr`) from the steps taken and
+        `used`, the budget's fraction used so far: the schedule's `optim.lr_scale`, which also
+        reads when warm-up ended, a fraction the state records (`optim.warmup_ended`) and a
+        checkpoint saves."""
+        state = self.state
+        state.warmup_end = warmup_ended(self.cfg, state.step, used, state.warmup_end)
+        self.updater.set_lr(lr_scale(self.cfg, state.step, used, state.warmup_end))
 
     def settle(self) -> None:
         """Read the pending steps' figures into the log window (`Updater.settle`)."""
@@ -131,7 +142,7 @@ class Trainer:
         state.window.seconds += seconds
         if state.step % self.cfg.log_every or not state.window.losses:
             return
-        lr = float(self.updater.scheduler.get_last_lr()[0])  # a tensor with train.cuda_graphs
+        lr = self.updater.lr  # the rate the step just taken used (the next is set after it)
         record = train_record(state, lr, self.world.size)
         self.metrics.write(record)
         self.bar.show(loss=f"{record['loss']:.3f}", lr=f"{lr:.2e}",

@@ -1,5 +1,6 @@
 """The optimizers (AdamW; with `train.optimizer: muon`, Muon for the hidden matrices beside it),
-their learning-rate schedule and the weight average (EMA)."""
+their learning-rate schedule (`lr_scale`, a pure function the trainer calls each step; the rate
+written into the optimizers' parameter groups by `write_lr`) and the weight average (EMA)."""
 
 from __future__ import annotations
 
@@ -20,43 +21,56 @@ def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
     return peak * math.sqrt(warmup / step)
 
 
-class LRSchedule:
-    """The learning rate as a fraction of its peak, step by step (torch's LambdaLR calls it).
+def lr_scale(cfg: TrainConfig, step: int, used: float, warmup_end: Optional[float]) -> float:
+    """The learning rate after `step` steps, as a fraction of its peak: a function of the steps
+    taken, of `used`, the training budget's fraction used so far, and of `warmup_end`, the
+    fraction used when warm-up ended (None until then; `warmup_ended` records it).
 
-    Every schedule warms up linearly over `warmup` steps. After that, `inverse_sqrt` decays as
-    sqrt(warmup / step) and never ends; `linear` and `cosine` decay to zero as the training
-    budget runs out, over the part of it left when warm-up ends; `wsd` (warm-up, stable,
-    decay) holds the peak until the budget's last `decay_fraction`, then decays to zero over
-    it. The budget's fraction used, `progress`, is set by the trainer: max_steps, max_minutes
-    or max_epochs, whichever is furthest along. So a 60-minute run ends at a small learning
-    rate on any machine, however many steps it makes there (and `wsd` decays in its last 12
-    minutes at 0.2). The schedule's state (`progress`, `decay_from`) is saved with the
-    scheduler, so a resumed run goes on where it stood.
+    Every schedule (`cfg.lr_schedule`) warms up linearly over `cfg.warmup` steps. After that,
+    `inverse_sqrt` decays as sqrt(warmup / step) and never ends; `linear` and `cosine` decay to
+    zero as the training budget runs out, over the part of it left when warm-up ends; `wsd`
+    (warm-up, stable, decay) holds the peak until the budget's last `cfg.decay_fraction`, then
+    decays to zero over it. The budget's fraction used is that of max_steps, max_minutes or
+    max_epochs, whichever is furthest along (`state.budget_used`). So a 60-minute run ends at a
+    small learning rate on any machine, however many steps it makes there (and `wsd` decays in
+    its last 12 minutes at 0.2). The trainer keeps `warmup_end` in its state, which a
+    checkpoint saves, so a resumed run goes on where it stood.
     """
+    step = max(step, 1)
+    if cfg.lr_schedule == "inverse_sqrt" or step < cfg.warmup:
+        return inverse_sqrt_lr(step, 1.0, cfg.warmup)
+    start = used if warmup_end is None else warmup_end  # None: warm-up ends at this step
+    if cfg.lr_schedule == "wsd":  # stable at the peak until the last decay_fraction (or warm-up
+        start = max(start, 1.0 - cfg.decay_fraction)  # ends, if that is later)
+    if start >= 1.0:
+        return 0.0
+    done = min(max((used - start) / (1.0 - start), 0.0), 1.0)
+    if cfg.lr_schedule == "linear":
+        return 1.0 - done
+    if cfg.lr_schedule == "wsd":  # 1 - sqrt: beat a linear decay of the same length in
+        return 1.0 - math.sqrt(done)  # Hägele et al. 2024 (arXiv:2405.18392)
+    return 0.5 * (1.0 + math.cos(math.pi * done))  # cosine
 
-    def __init__(self, kind: str, warmup: int, decay_fraction: float = 0.2):
-        self.kind, self.warmup = kind, warmup
-        self.decay_fraction = decay_fraction  # wsd: the budget's last part, where it decays
-        self.progress = 0.0  # the budget's fraction used so far (the trainer sets it)
-        self.decay_from: Optional[float] = None  # ... when warm-up ended
 
-    def __call__(self, step: int) -> float:
-        step = max(step, 1)
-        if self.kind == "inverse_sqrt" or step < self.warmup:
-            return inverse_sqrt_lr(step, 1.0, self.warmup)
-        if self.decay_from is None:
-            self.decay_from = self.progress
-        start = self.decay_from
-        if self.kind == "wsd":  # stable at the peak until the last decay_fraction (or warm-up
-            start = max(start, 1.0 - self.decay_fraction)  # ends, if that is later)
-        if start >= 1.0:
-            return 0.0
-        done = min(max((self.progress - start) / (1.0 - start), 0.0), 1.0)
-        if self.kind == "linear":
-            return 1.0 - done
-        if self.kind == "wsd":  # 1 - sqrt: beat a linear decay of the same length in
-            return 1.0 - math.sqrt(done)  # Hägele et al. 2024 (arXiv:2405.18392)
-        return 0.5 * (1.0 + math.cos(math.pi * done))  # cosine
+def warmup_ended(cfg: TrainConfig, step: int, used: float, warmup_end: Optional[float]
+                 ) -> Optional[float]:
+    """`lr_scale`'s `warmup_end` after `step` steps with the budget's fraction `used`:
+    `warmup_end` once known; else, for a schedule that decays with the budget, `used` at the
+    first step past warm-up; else None."""
+    if warmup_end is None and cfg.lr_schedule != "inverse_sqrt" and max(step, 1) >= cfg.warmup:
+        return used
+    return warmup_end
+
+
+def write_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set every parameter group of `optimizer` to learning rate `lr`. A capturable optimizer's
+    rate is a tensor on the device (`make_optimizer`), filled in place: a recorded CUDA graph
+    reads it there."""
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
 
 
 # The layers whose 2-D weights are hidden matrices, Muon's to train: linear layers, and the
@@ -93,15 +107,14 @@ def muon_note(model: nn.Module) -> str:
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, fused: Optional[bool] = None,
-                   capturable: bool = False
-                   ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW at `cfg.lr`, scaled each step by `LRSchedule(cfg.lr_schedule)`: over every
-    parameter, or with `train.optimizer: muon` over those `muon_split` leaves it (`make_muon`
-    makes Muon for the others). `fused` (by default on a GPU and a CPU) takes the fused
-    kernel: one pass over every parameter's weights and moments (on a GPU one launch, and a
-    step that `step_unless` can skip on the device).
-    `capturable`: the learning rate is a tensor on the weights' device, which the scheduler
-    fills in place, so a recorded CUDA graph (`translate.training.graphs`) reads each step's. Its
+                   capturable: bool = False) -> torch.optim.AdamW:
+    """AdamW at its peak rate `cfg.lr` (each step's is set by the trainer: `Updater.set_lr`):
+    over every parameter, or with `train.optimizer: muon` over those `muon_split` leaves it
+    (`make_muon` makes Muon for the others). `fused` (by default on a GPU and a CPU) takes the
+    fused kernel: one pass over every parameter's weights and moments (on a GPU one launch, and
+    a step that `step_unless` can skip on the device).
+    `capturable`: the learning rate is a tensor on the weights' device, which `write_lr` fills
+    in place, so a recorded CUDA graph (`translate.training.graphs`) reads each step's. Its
     dtype is what each device's fused kernel reads a float learning rate as (CUDA's float32, the
     CPU's float64), so the update is the one a float learning rate makes."""
     device = next(model.parameters()).device
@@ -109,38 +122,31 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, fused: Optional[bool] = N
         fused = device.type in ("cuda", "cpu")
     lr = torch.tensor(cfg.lr, dtype=_lr_dtype(device), device=device) if capturable else cfg.lr
     params = muon_split(model)[1].values() if cfg.optimizer == "muon" else model.parameters()
-    optimizer = torch.optim.AdamW(params, lr=lr, betas=tuple(cfg.betas), eps=1e-9,
-                                  weight_decay=cfg.weight_decay, fused=fused or None,
-                                  capturable=capturable)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, LRSchedule(cfg.lr_schedule, cfg.warmup, cfg.decay_fraction))
-    return optimizer, scheduler
+    return torch.optim.AdamW(params, lr=lr, betas=tuple(cfg.betas), eps=1e-9,
+                             weight_decay=cfg.weight_decay, fused=fused or None,
+                             capturable=capturable)
 
 
-def make_muon(model: nn.Module, cfg: TrainConfig, schedule: LRSchedule
-              ) -> tuple[torch.optim.Muon, torch.optim.lr_scheduler.LambdaLR]:
-    """torch.optim.Muon over the hidden matrices (`muon_split`) at `cfg.muon_lr`, scaled each
-    step by `schedule`, the one AdamW's scheduler follows, so both warm up and decay as one."""
-    muon = torch.optim.Muon(muon_split(model)[0].values(), lr=cfg.muon_lr,
+def make_muon(model: nn.Module, cfg: TrainConfig) -> torch.optim.Muon:
+    """torch.optim.Muon over the hidden matrices (`muon_split`) at its peak rate `cfg.muon_lr`;
+    each step's is that peak scaled as AdamW's is (`Updater.set_lr`), so both warm up and decay
+    as one."""
+    return torch.optim.Muon(muon_split(model)[0].values(), lr=cfg.muon_lr,
                             momentum=cfg.muon_momentum, weight_decay=cfg.muon_weight_decay,
                             adjust_lr_fn=cfg.muon_adjust_lr)
-    return muon, torch.optim.lr_scheduler.LambdaLR(muon, schedule)
 
 
 def plain_numbers(state: dict) -> dict:
-    """An optimizer's or scheduler's state dict with learning rates held as tensors (a
-    capturable optimizer's) turned into floats, so a checkpoint reads the same on any device
-    and resumes either kind of run; `restore_lr_tensors` turns them back."""
+    """An optimizer's state dict with learning rates held as tensors (a capturable optimizer's)
+    turned into floats, so a checkpoint reads the same on any device and resumes either kind of
+    run; `restore_lr_tensors` turns them back."""
     def plain(value):
         return float(value) if isinstance(value, torch.Tensor) and value.dim() == 0 else value
     state = dict(state)
     if "param_groups" in state:
-        state["param_groups"] = [{key: plain(value) if key in ("lr", "initial_lr") else value
+        state["param_groups"] = [{key: plain(value) if key == "lr" else value
                                   for key, value in group.items()}
                                  for group in state["param_groups"]]
-    for key in ("base_lrs", "_last_lr"):
-        if key in state:
-            state[key] = [plain(value) for value in state[key]]
     return state
 
 

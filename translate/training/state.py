@@ -27,6 +27,9 @@ class TrainState:
     bad_evals: int = 0  # validations since the best one (patience)
     bad_losses: int = 0  # steps skipped for a NaN/inf loss
     window: LogWindow = field(default_factory=LogWindow)  # steps since the last train record
+    # the budget's fraction used when warm-up ended: where the schedules that decay with the
+    # budget start (`optim.lr_scale`); None before then, and for inverse_sqrt
+    warmup_end: float | None = None
 
     def to_checkpoint(self, corpus: str) -> dict:
         """The checkpoint's "trainer" entry (the step is saved beside it, as every checkpoint

@@ -21,11 +21,14 @@ from translate.utils import autocast
 
 
 def plain_step(model: nn.Module, batch: Batch, optimizers: Sequence[torch.optim.Optimizer],
-               schedulers: Sequence, label_smoothing: float, clip_norm: float,
+               lrs: Sequence[float], label_smoothing: float, clip_norm: float,
                precision: str = "fp32") -> float:
-    """Forward, loss, backward, clip, update, schedule; returns the batch's NLL per token.
-    `optimizers`: AdamW, or Muon for the hidden matrices and AdamW for the rest; `schedulers`:
-    theirs."""
+    """Learning rate, forward, loss, backward, clip, update; returns the batch's NLL per token.
+    `optimizers`: AdamW, or Muon for the hidden matrices and AdamW for the rest; `lrs`: their
+    learning rates for this step (each one's peak times the schedule's `optim.lr_scale`)."""
+    for optimizer, lr in zip(optimizers, lrs):  # computed by the schedule, written in
+        for group in optimizer.param_groups:
+            group["lr"] = lr
     model.train()
     with autocast(batch.src.device, precision):
         logits = model(batch.src, batch.tgt_in)  # (B, T, V): teacher forcing
@@ -36,6 +39,4 @@ def plain_step(model: nn.Module, batch: Batch, optimizers: Sequence[torch.optim.
     for optimizer in optimizers:  # each updates its own parameters
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    for scheduler in schedulers:
-        scheduler.step()  # the learning rate of the next step
     return nll.item() / batch.num_tgt_tokens

@@ -26,7 +26,7 @@ from translate.training.batch_loss import BatchLoss
 from translate.training.distributed import World, all_sum_, step_seed, sum_gradients
 from translate.training.graphs import StepGraphs
 from translate.training.optim import (ema_decay, plain_numbers, restore_lr_tensors, step_unless,
-                                      update_ema)
+                                      update_ema, write_lr)
 from translate.training.state import TrainingError, TrainState
 
 log = logging.getLogger(__name__)
@@ -51,17 +51,15 @@ class Updater:
     model: nn.Module
     ema: Optional[nn.Module]  # the weight average: validated, saved and used to translate
     optimizer: torch.optim.Optimizer  # AdamW: every parameter, or those Muon leaves
-    scheduler: torch.optim.lr_scheduler.LambdaLR
     scaler: torch.amp.GradScaler  # enabled in fp16 only
     batch_loss: BatchLoss  # forward and loss, shared with the CUDA graphs and the dev loss
     graphs: Optional[StepGraphs]  # train.cuda_graphs: the step recorded per batch shape
     defer_checks: bool  # NaN/inf checks left on the device, read with the log (a GPU)
     figure_dtype: torch.dtype
     world: World
-    # train.optimizer muon: Muon for the hidden matrices (`optim.muon_split`), its scheduler
-    # following the same LRSchedule as `scheduler`
+    # train.optimizer muon: Muon for the hidden matrices (`optim.muon_split`), its learning
+    # rate on the same schedule as AdamW's (`set_lr`)
     muon: Optional[torch.optim.Muon] = None
-    muon_scheduler: Optional[torch.optim.lr_scheduler.LambdaLR] = None
     pending: list[StepFigures] = field(default_factory=list)  # figures the host has not read
 
     @property
@@ -70,9 +68,15 @@ class Updater:
         return [self.optimizer] + ([self.muon] if self.muon is not None else [])
 
     @property
-    def schedulers(self) -> list[torch.optim.lr_scheduler.LambdaLR]:
-        """The optimizers' schedulers, in the same order."""
-        return [self.scheduler] + ([self.muon_scheduler] if self.muon is not None else [])
+    def peaks(self) -> list[float]:
+        """The optimizers' peak learning rates, in the same order: train.lr, train.muon_lr."""
+        return [self.cfg.lr] + ([self.cfg.muon_lr] if self.muon is not None else [])
+
+    @property
+    def lr(self) -> float:
+        """AdamW's learning rate as its parameter groups hold it, the last one `set_lr` wrote
+        (read from the device with train.cuda_graphs)."""
+        return float(self.optimizer.param_groups[0]["lr"])
 
     @property
     def eval_model(self) -> nn.Module:
@@ -87,8 +91,8 @@ class Updater:
         Returns the step's figures, still on the device, also added to `pending` for `settle`
         to read. A NaN or infinite loss on some rank means no update on any rank. On the CPU
         the step is then not taken at all, and None returned. On a GPU the optimizer skips it
-        on the device and the step counts: the EMA and the step number go on (`Trainer` steps
-        the schedule), the weights and Adam's moments stay as they were.
+        on the device and the step counts: the EMA and the step number go on (`Trainer` sets
+        the next rates), the weights and Adam's moments stay as they were.
         """
         cfg = self.cfg
         if self.world.size > 1:  # every rank's dropout from (seed, rank, step): exact resume
@@ -146,12 +150,12 @@ class Updater:
         for optimizer in self.optimizers:
             optimizer.zero_grad(set_to_none=True)
 
-    def schedule(self, used: float) -> None:
-        """Set the next step's learning rates from `used`, the budget's fraction used so far
-        (`LRSchedule.progress`; Muon's scheduler follows the same schedule)."""
-        self.scheduler.lr_lambdas[0].progress = used
-        for scheduler in self.schedulers:
-            scheduler.step()
+    def set_lr(self, scale: float) -> None:
+        """Write the next step's learning rates into the optimizers' parameter groups: `scale`
+        (the schedule's, `optim.lr_scale`) times each one's peak, so Muon warms up and decays as
+        AdamW does."""
+        for optimizer, peak in zip(self.optimizers, self.peaks):
+            write_lr(optimizer, peak * scale)
 
     def _recorded(self, batch: Batch, tokens: int, state: TrainState) -> StepFigures:
         """`step` through the step's CUDA graph (`train.cuda_graphs`): the same update, with a
@@ -198,18 +202,17 @@ class Updater:
         log.warning("%s: skipped (%d of at most %d)", where, state.bad_losses, most)
 
     def _load_optimizers(self, data: dict) -> None:
-        """The optimizers' and schedulers' states from checkpoint `data`: AdamW's, and Muon's
-        where the run has it (a resumed run keeps its train.optimizer)."""
+        """The optimizers' states from checkpoint `data`: AdamW's, and Muon's where the run has
+        it (a resumed run keeps its train.optimizer). Their parameter groups hold the learning
+        rates the next step takes, as `set_lr` wrote them before the checkpoint was saved."""
         saved = "muon" if "muon" in data else "adamw"
         if saved != self.cfg.optimizer:
             raise ValueError(f"the checkpoint holds the state of train.optimizer {saved}, not "
                              f"of {self.cfg.optimizer}; resume with the run's own recipe")
         self.optimizer.load_state_dict(data["optimizer"])
         restore_lr_tensors(self.optimizer, self.cfg.cuda_graphs)
-        self.scheduler.load_state_dict(data["scheduler"])
         if self.muon is not None:
             self.muon.load_state_dict(data["muon"])
-            self.muon_scheduler.load_state_dict(data["muon_scheduler"])
         for optimizer in self.optimizers:  # torch checks counts, not shapes
             for param, state in optimizer.state.items():
                 for name, value in state.items():
@@ -228,19 +231,13 @@ class Updater:
         return {
             **self.weights(),
             "optimizer": plain_numbers(self.optimizer.state_dict()),
-            "scheduler": plain_numbers(self.scheduler.state_dict()),
-            **self._muon_state(),
+            **({"muon": self.muon.state_dict()} if self.muon is not None else {}),
             "scaler": self.scaler.state_dict(),
         }
 
-    def _muon_state(self) -> dict:
-        """Muon's state and its scheduler's, for the checkpoint; nothing without Muon."""
-        if self.muon is None:
-            return {}
-        return {"muon": self.muon.state_dict(), "muon_scheduler": self.muon_scheduler.state_dict()}
-
     def load_state_dict(self, data: dict) -> None:
-        """Weights, optimizers, schedule and scaler from checkpoint `data`."""
+        """Weights, optimizers (with the next step's learning rates) and scaler from
+        checkpoint `data`."""
         if self.ema is not None:
             self.ema.load_state_dict(upgrade_state_dict(data["model"]))
         self.model.load_state_dict(upgrade_state_dict(data.get("train_model", data["model"])))
