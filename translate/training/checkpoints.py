@@ -124,15 +124,18 @@ def upgrade_training_state(data: dict) -> dict:
     none: inverse_sqrt alone, before train.lr_schedule). It becomes trainer.warmup_end, and the
     scheduler entries go. Both layouts hold the next step's learning rates in the optimizers'
     parameter groups; the "initial_lr" LambdaLR added to each (the peak, which the recipe
-    holds) goes too.
+    holds) goes too. A "scheduler" entry that is not LambdaLR's state is left as it is: the
+    checkpoint then holds no trainer.warmup_end, and resuming skips it, saying so.
     """
     trainer = data.get("trainer")
     if "scheduler" not in data or not isinstance(trainer, dict) or "warmup_end" in trainer:
         return data
     saved = data["scheduler"]
     schedules = saved.get("lr_lambdas") if isinstance(saved, dict) else None
-    schedule = schedules[0] if isinstance(schedules, list) and schedules else None
-    warmup_end = schedule.get("decay_from") if isinstance(schedule, dict) else None
+    if not (isinstance(schedules, list) and schedules and
+            (schedules[0] is None or isinstance(schedules[0], dict))):
+        return data
+    warmup_end = schedules[0].get("decay_from") if schedules[0] is not None else None
     upgraded = {key: value for key, value in data.items()
                 if key not in ("scheduler", "muon_scheduler")}
     upgraded["trainer"] = {**trainer, "warmup_end": warmup_end}
