@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from translate.utils import cpu_has_amx, cpu_name  # noqa: E402
+from translate.hardware import cpu_has_amx, cpu_name  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes/multi30k/transformer.yaml"

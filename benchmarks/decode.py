@@ -73,12 +73,12 @@ from translate.engine import FAST, GPU, PLAIN, Engine
 from translate.export.ct2 import to_ctranslate2, vocabulary
 from translate.export.hf import to_pegasus
 from translate.fast import accelerate, quantize_int8
+from translate.hardware import autocast, cpu_name
 from translate.inference import translate_sentences
 from translate.models.transformer import Transformer
 from translate.scoring import score
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD
-from translate.utils import autocast, cpu_name
 
 LENPEN, BATCH, MODES = 0.6, 32, {"greedy": 1, "beam5": 5}
 Translate = Callable[[Sequence[str], int], list[str]]  # (sentences, beam) -> translations

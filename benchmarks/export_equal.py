@@ -23,8 +23,8 @@ from translate.data.read import load_split
 from translate.engine import resolve_engine
 from translate.export import export
 from translate.export.ct2 import decode
+from translate.hardware import cpu_name
 from translate.inference import decoding_model, translate_sentences
-from translate.utils import cpu_name
 
 
 def main() -> None:

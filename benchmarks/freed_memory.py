@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compile_train import ROOT, figures, run  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
-from translate.utils import cpu_has_amx, cpu_name  # noqa: E402
+from translate.hardware import cpu_has_amx, cpu_name  # noqa: E402
 
 RECIPES = {"transformer": ROOT / "recipes/multi30k/transformer.yaml",
            "rnn": ROOT / "recipes/multi30k/rnn_bahdanau.yaml"}

@@ -27,9 +27,9 @@ from translate.checkpoint import load_checkpoint
 from translate.data.read import load_split
 from translate.engine import resolve_engine
 from translate.export import export
+from translate.hardware import cpu_name
 from translate.inference import decoding_model, translate_sentences
 from translate.scoring import score
-from translate.utils import cpu_name
 
 
 def hf_translate(folder: Path, sentences: list[str], batch_size: int,

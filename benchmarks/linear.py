@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from translate.fast.linear import ONEDNN
-from translate.utils import cpu_name
+from translate.hardware import cpu_name
 
 SHAPES = [  # (rows, in, out, what)
     (160, 256, 8000, "output projection, beam 5"),

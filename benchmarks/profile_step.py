@@ -27,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from train_speed import SHAPES, Ours, make_batches, synchronize
 from translate.engine import FAST, PLAIN
-from translate.utils import cpu_name, pick_device
+from translate.hardware import cpu_name, pick_device
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ def main() -> None:
     from translate.checkpoint import load_checkpoint
     from translate.serve import ServeConfig
     from translate.serve.server import ServerProcess
-    from translate.utils import cpu_name
+    from translate.hardware import cpu_name
 
     limit = ServeConfig().max_attention_pieces
     tokenizer = load_checkpoint(args.checkpoint).tokenizer

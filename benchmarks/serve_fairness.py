@@ -85,7 +85,7 @@ def main() -> None:
     from translate.config import DataConfig
     from translate.data.read import load_split
     from translate.serve.server import running
-    from translate.utils import cpu_name
+    from translate.hardware import cpu_name
 
     src, _ = load_split(DataConfig(dataset=args.data), args.split)
     big = [" ".join([s] * args.long) for s in sorted(src, key=len, reverse=True)[: args.big]]

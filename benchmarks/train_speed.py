@@ -52,13 +52,13 @@ from translate.data.clean import clean_text_pairs
 from translate.data.encode import encode_pairs
 from translate.data.read import load_split
 from translate.engine import FAST, PLAIN
+from translate.hardware import autocast, cpu_has_amx, cpu_name, pick_device
 from translate.models import TransformerConfig, build_model, count_parameters
 from translate.tokenizer import Tokenizer
 from translate.tokens import EOS, PAD
 from translate.training.batch_loss import BatchLoss
 from translate.training.graphs import StepGraphs
 from translate.training.optim import make_optimizer
-from translate.utils import autocast, cpu_has_amx, cpu_name, pick_device
 
 MATMUL_SIZE = {"cpu": 1024, "cuda": 8192}  # the peak: a square matmul, 2.1 GFLOP on the CPU
 # Model widths and layers (each side): the Multi30k recipe's, WMT14's base and big, a dry run's.

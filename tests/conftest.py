@@ -64,6 +64,13 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("TRANSLATE_DATA", raising=False)
 
 
+@pytest.fixture
+def one_gpu(monkeypatch):
+    """A machine that shows one CUDA device (nothing here runs on it)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+
+
 @pytest.fixture(scope="session")
 def multi30k() -> Path:
     """The full Multi30k copy outside the repository: for tests marked slow only."""

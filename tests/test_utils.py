@@ -1,4 +1,5 @@
-"""Process-level helpers: choosing the device, and what choosing a GPU sets up."""
+"""Process-level helpers: joining the processes of a run, the random states a checkpoint holds.
+(Choosing the device: tests/test_hardware.py.)"""
 
 import random
 
@@ -6,47 +7,7 @@ import pytest
 import torch
 
 from translate.training.distributed import join
-from translate.utils import pick_device, rng_state, set_rng_state
-
-
-@pytest.fixture
-def cudnn_attention_restored():
-    before = torch.backends.cuda.cudnn_sdp_enabled()
-    yield
-    torch.backends.cuda.enable_cudnn_sdp(before)
-
-
-@pytest.fixture
-def one_gpu(monkeypatch):
-    """A machine that shows one CUDA device (nothing here runs on it)."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-
-
-@pytest.mark.parametrize("name", ["cuda", "cuda:0", None])
-def test_choosing_a_gpu_takes_cudnn_out_of_attention(one_gpu, cudnn_attention_restored, name):
-    torch.backends.cuda.enable_cudnn_sdp(True)
-    assert pick_device(name).type == "cuda"
-    assert not torch.backends.cuda.cudnn_sdp_enabled()  # a plan per shape: see no_cudnn_attention
-
-
-def test_the_cpu_leaves_attention_backends_alone(cudnn_attention_restored):
-    torch.backends.cuda.enable_cudnn_sdp(True)
-    assert pick_device("cpu") == torch.device("cpu")
-    assert torch.backends.cuda.cudnn_sdp_enabled()
-
-
-def test_a_gpu_the_machine_lacks_is_refused_by_number(one_gpu, cudnn_attention_restored):
-    with pytest.raises(ValueError, match=r"--device 'cuda:3': this machine has 1 CUDA device\(s\), "
-                                         r"cuda:0 to cuda:0"):
-        pick_device("cuda:3")
-
-
-def test_int8_with_no_device_named_decodes_on_the_cpu_beside_a_gpu(one_gpu,
-                                                                   cudnn_attention_restored):
-    assert pick_device(None, "int8") == torch.device("cpu")
-    assert pick_device(None, "bf16").type == "cuda"
-    assert pick_device("cpu", "int8") == torch.device("cpu")
+from translate.utils import rng_state, set_rng_state
 
 
 @pytest.mark.parametrize("local_rank", ["0", "1"])

@@ -31,10 +31,10 @@ from translate.analysis.attention import AttentionMaps, attention_maps
 from translate.checkpoint import Loaded, load_checkpoint
 from translate.config import DecodeConfig, decode_options
 from translate.engine import resolve_engine
+from translate.hardware import pick_device
 from translate.inference import Translation, decode_sentences, decoding_model
 from translate.scoring import Scores, score
 from translate.tokenizer import unicode_error
-from translate.utils import pick_device
 
 Output = Union[str, Translation, list[str], list[Translation]]
 

@@ -15,6 +15,7 @@ from translate.cli_errors import USER_ERRORS, Commands, fail, fail_together
 from translate.cli_options import (NumberList, beam_option, device_option, early_exit_option,
                                    engine_option, precision_option, serve_limit_options)
 from translate.config import RESUME_KEYS
+from translate.model_folder import DTYPES
 from translate.training.distributed import RankFailed
 from translate.utils import install_hint
 
@@ -74,7 +75,7 @@ def train(recipe, overrides, run_dir, resume_dir, data_path, overwrite, adopt, s
     """
     from translate.training import Interrupted, train as run_training
     from translate.training.distributed import join, together
-    from translate.utils import pick_device
+    from translate.hardware import pick_device
 
     if seeds is not None:
         _train_seeds(recipe, overrides, run_dir, resume_dir, data_path, overwrite, seeds, device,
@@ -383,7 +384,7 @@ def curve(run_dirs, output, monitor, x, reach, json_path):
               "transformers Pegasus model (the last two: Transformer only).")
 @click.option("-o", "--output", required=True, type=click.Path(file_okay=False),
               help="The new folder to write.")
-@click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default=None,
+@click.option("--dtype", type=click.Choice(list(DTYPES)), default=None,
               help="inference and hf: the weights' precision (default fp32; bf16/fp16 halve it).")
 @click.option("--quantization", default=None, metavar="TYPE",
               help="ctranslate2: int8, int8_float16, int16, float16, bfloat16... (default "

@@ -6,10 +6,13 @@ import math
 
 import click
 
+from translate.engine import ENGINE_NAMES
+from translate.hardware import PRECISIONS
+
 device_option = click.option("--device", default=None,
                              help="cpu, cuda, cuda:1, mps (default: the best available).")
 precision_option = click.option(
-    "--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]), default=None,
+    "--precision", type=click.Choice(list(PRECISIONS)), default=None,
     help="Decoding precision (default: the recipe's train.precision); auto: bf16 on a GPU and on "
     "CPUs with AMX (or AMD ones with AVX512-BF16), else fp32; int8 quantizes the linear layers, "
     "CPU only (the default device then).")
@@ -22,7 +25,7 @@ early_exit_option = click.option(
     "what searching on to beam-size finished hypotheses would (default: the recipe's "
     "decode.early_exit, on).")
 engine_option = click.option(
-    "--engine", type=click.Choice(["auto", "fast", "plain", "gpu", "textbook"]), default="auto",
+    "--engine", type=click.Choice(list(ENGINE_NAMES)), default="auto",
     show_default=True,
     help="textbook: translate/models/ exactly as written, attention included (edit it and see); "
     "plain: the same model with PyTorch's fused attention; fast: the CPU speed work "

@@ -25,8 +25,9 @@ from translate.data import DataError
 from translate.data.read import iter_lines
 from translate.engine import resolve_engine
 from translate.files import output_clash, output_kind
+from translate.hardware import pick_device
 from translate.inference import decode_sentences, decoding_model
-from translate.utils import atomic_write, pick_device
+from translate.utils import atomic_write
 
 
 class OptionError(ValueError):

@@ -27,9 +27,6 @@ from torch import nn
 from translate import fast, gpu, loss, search
 from translate.models.attention import MultiHeadAttention
 
-ENGINES = ("auto", "fast", "plain", "gpu", "textbook")
-
-
 @dataclass(frozen=True)
 class Engine:
     name: str
@@ -73,14 +70,19 @@ TEXTBOOK = Engine("textbook", write_out_attention, loss.label_smoothed_cross_ent
 
 quantize_int8 = fast.quantize_int8  # decoding's --precision int8: the fast engine's linears
 
+# The engines by name, written once: the recipe's train.engine, the --engine option and the
+# errors read them. `auto` picks one for the device (`resolve_engine`).
+ENGINES = {"fast": FAST, "plain": PLAIN, "gpu": GPU, "textbook": TEXTBOOK}
+ENGINE_NAMES = ("auto", *ENGINES)
+
 
 def resolve_engine(name: str, device: torch.device) -> Engine:
     """'auto' -> fast on the CPU (where it was measured faster), plain elsewhere."""
-    if name not in ENGINES:
-        raise ValueError(f"engine '{name}' is unknown; valid: {', '.join(ENGINES)}")
+    if name not in ENGINE_NAMES:
+        raise ValueError(f"engine '{name}' is unknown; valid: {', '.join(ENGINE_NAMES)}")
     if name == "auto":
         name = "fast" if device.type == "cpu" else "plain"
-    return {"plain": PLAIN, "fast": FAST, "gpu": GPU, "textbook": TEXTBOOK}[name]
+    return ENGINES[name]
 
 
 def engine_note(engine: Engine) -> str:

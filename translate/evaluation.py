@@ -66,8 +66,8 @@ def ready_checkpoint(checkpoint: str, data_path: str | None = None, device: str 
 
     from translate.checkpoint import load_checkpoint
     from translate.engine import resolve_engine
+    from translate.hardware import pick_device
     from translate.inference import decoding_model
-    from translate.utils import pick_device
 
     dev = pick_device(device, precision)
     loaded = load_checkpoint(checkpoint, dev)

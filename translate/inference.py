@@ -17,9 +17,9 @@ from torch import nn
 from translate.config import DecodeConfig
 from translate.data.batch import length_batches, pad
 from translate.engine import PLAIN, Engine, engine_note
+from translate.hardware import autocast, resolve_precision
 from translate.search import Hypothesis, output_limits
 from translate.tokenizer import Tokenizer
-from translate.utils import autocast, resolve_precision
 
 log = logging.getLogger(__name__)
 

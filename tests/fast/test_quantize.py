@@ -15,10 +15,10 @@ from translate.data.batch import pad
 from translate.engine import FAST
 from translate.fast import quantize_int8
 from translate.fast.linear import PackedLinear
+from translate.hardware import resolve_precision
 from translate.models import build_model
 from translate.search import beam_search, greedy_search
 from translate.tokens import BOS
-from translate.utils import resolve_precision
 
 
 def real_batch(loaded, small_data) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,12 +5,12 @@ import torch
 
 from translate.checkpoint import load_checkpoint
 from translate.analysis.attention import record_attention
+from translate.hardware import resolve_precision
 from translate.inference import translate_sentences
 from translate.models import RNNConfig, build_model
 from translate.models.rnn import AdditiveAttention
 from translate.search import greedy_search
 from translate.tokens import PAD
-from translate.utils import resolve_precision
 
 V = 50
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import TINY_OVERRIDES
-from translate import utils
+from translate import hardware
 from translate.config import load_recipe
 from translate.metrics import MetricsLog
 from translate.training import build, build_trainer, prepare_data
@@ -18,7 +18,7 @@ glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc
 # the heap settles), before and after the call.
 FAULTS = """
 import resource, torch
-from translate.utils import keep_freed_memory
+from translate.hardware import keep_freed_memory
 
 def faults():
     for _ in range(8):
@@ -45,8 +45,8 @@ def test_big_blocks_are_faulted_in_once_not_at_every_allocation():
 
 
 def test_other_c_libraries_are_left_alone(monkeypatch):
-    monkeypatch.setattr(utils.platform, "libc_ver", lambda: ("musl", "1.2"))
-    assert utils.keep_freed_memory() is False
+    monkeypatch.setattr(hardware.platform, "libc_ver", lambda: ("musl", "1.2"))
+    assert hardware.keep_freed_memory() is False
 
 
 @pytest.mark.parametrize("setting, calls", [("true", 1), ("false", 0)])

@@ -24,12 +24,12 @@ from torch import nn
 from translate.analysis.plots import Heatmap, plot_heatmaps
 from translate.checkpoint import load_checkpoint
 from translate.config import DecodeConfig
+from translate.hardware import pick_device
 from translate.models.attention import CROSS, DECODER_SELF, ENCODER_SELF, MultiHeadAttention
 from translate.models.rnn import AdditiveAttention
 from translate.search import greedy_search, max_output_length
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD
-from translate.utils import pick_device
 
 
 @contextmanager

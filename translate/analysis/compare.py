@@ -29,11 +29,11 @@ from translate.config import DataConfig
 from translate.data.read import load_split
 from translate.engine import Engine, resolve_engine
 from translate.evaluation import evaluate_split
+from translate.hardware import pick_device
 from translate.inference import decoding_model, translate_sentences
 from translate.models import count_parameters
 from translate.models.attention import DECODER_SELF, ENCODER_SELF
 from translate.scoring import bleu_by_length, paired_bootstrap
-from translate.utils import pick_device
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from translate.engine import ENGINE_NAMES
+from translate.hardware import TRAINING_PRECISIONS
 from translate.models import MODELS
 
 
@@ -114,7 +116,7 @@ class TrainConfig:
     # auto | fp32 | bf16 | fp16 (fp16 only on CUDA, with a grad scaler);
     # decode/evaluate also take --precision int8 (CPU)
     precision: str = field(default="auto", metadata={
-        "choices": ("auto", "fp32", "bf16", "fp16"),
+        "choices": TRAINING_PRECISIONS,
         "why_not": {"int8": "int8 is for decoding only: "
                             "translate decode/evaluate --precision int8"}})
     max_steps: int = 0  # 0: no step limit
@@ -141,7 +143,7 @@ class TrainConfig:
     # torch CPU threads; 0: torch's default
     threads: int = field(default=0, metadata={"max": 4096})
     # on the CPU, glibc keeps freed memory for reuse instead of mapping big blocks afresh each
-    # step (translate.utils.keep_freed_memory): ~8% faster steps, 0.2-0.55 GB more peak memory
+    # step (translate.hardware.keep_freed_memory): ~8% faster steps, 0.2-0.55 GB more peak memory
     keep_freed_memory: bool = True
     # torch.compile the training forward (with the plain engine; inductor needs a C++ compiler
     # on the CPU and Triton on a GPU); validation and decoding run the model as it is
@@ -155,8 +157,7 @@ class TrainConfig:
     # few steps (translate.gpu);
     # textbook: translate/models/ exactly as written, attention included (an edit there shows);
     # auto: fast on the CPU, plain elsewhere
-    engine: str = field(default="auto",
-                        metadata={"choices": ("auto", "fast", "plain", "gpu", "textbook")})
+    engine: str = field(default="auto", metadata={"choices": ENGINE_NAMES})
     # project the decoder's states to the vocabulary this many target tokens at a time in the
     # loss, never holding the (B, T, V) logits (translate.gpu.loss): for 32k+ vocabularies on a
     # GPU; 0: the whole batch's logits at once

@@ -19,10 +19,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.graph import increment_version
 
+from translate.models.transformer import ACTIVATIONS
+
 ONEDNN = (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
           and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
-POST_OPS = {None: ("none", ""), "relu": ("relu", ""), "gelu": ("gelu", "none")}  # erf GELU
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+# the activations oneDNN applies as it writes a matmul's output (erf GELU, as F.gelu's); the rest
+# run the textbook's function (`ACTIVATIONS`, translate.models.transformer) afterwards
+POST_OPS = {None: ("none", ""), "relu": ("relu", ""), "gelu": ("gelu", "none")}
 
 
 def onednn_applies(x: torch.Tensor, weight: torch.Tensor) -> bool:

@@ -24,9 +24,9 @@ import uvicorn
 
 from translate.api import Translator
 from translate.checkpoint import load_checkpoint
+from translate.hardware import pick_device
 from translate.serve.app import ServeConfig, build_app
 from translate.serve.connections import guarded_protocol, quiet_accept_errors
-from translate.utils import pick_device
 
 log = logging.getLogger("translate.serve")
 

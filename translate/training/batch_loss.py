@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from translate.gpu.loss import chunked_cross_entropy
+from translate.hardware import autocast
 from translate.tokens import PAD
-from translate.utils import autocast
 
 
 @dataclass

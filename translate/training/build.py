@@ -14,6 +14,7 @@ from torch import nn
 
 from translate.config import ConfigError, Recipe, TrainConfig
 from translate.engine import Engine, engine_note, resolve_engine
+from translate.hardware import keep_freed_memory, pick_device, resolve_precision
 from translate.metrics import MetricsLog
 from translate.models import build_model, count_parameters
 from translate.training.batch_loss import BatchLoss
@@ -27,7 +28,7 @@ from translate.training.optim import make_muon, make_optimizer, muon_note, skips
 from translate.training.prepare import TrainingData
 from translate.training.update import Updater
 from translate.training.validation import Validation
-from translate.utils import keep_freed_memory, pick_device, resolve_precision, seed_everything
+from translate.utils import seed_everything
 
 log = logging.getLogger(__name__)
 

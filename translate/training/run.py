@@ -14,6 +14,7 @@ from translate.checkpoint import CheckpointError, Loaded, load_checkpoint
 from translate.config import Recipe
 from translate.data.read import load_split
 from translate.evaluation import evaluate_split
+from translate.hardware import pick_device, resolve_precision
 from translate.inference import decoding_model
 from translate.metrics import MetricsLog
 from translate.run_folder import locked, owned_files, run_id, start_run
@@ -23,7 +24,7 @@ from translate.training.graphs import check_recipe
 from translate.training.build import build_trainer
 from translate.training.loop import Interrupted, Trainer
 from translate.training.prepare import prepare_data
-from translate.utils import first_line, pick_device, resolve_precision
+from translate.utils import first_line
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from translate.data.batch import Batch
+from translate.hardware import autocast
 from translate.loss import label_smoothed_cross_entropy
 from translate.tokens import PAD
-from translate.utils import autocast
 
 
 def plain_step(model: nn.Module, batch: Batch, optimizers: Sequence[torch.optim.Optimizer],
