@@ -72,16 +72,21 @@ def decoder(name: str, checkpoint: str, precision: str, engine: str):
         inference = importlib.import_module(f"{name}.inference")
     else:
         inference = importlib.import_module(f"{name}.evaluation")
-    if hasattr(inference, "decoding_model"):  # a revision with engines
-        chosen = importlib.import_module(f"{name}.engine").resolve_engine(engine, cpu)
-        model, precision = inference.decoding_model(loaded.model, precision, cpu, chosen)
-        extra = {"engine": chosen}
+    if importlib.util.find_spec(f"{name}.ready"):  # a revision that sets the model up once
+        ready = importlib.import_module(f"{name}.ready").Ready.prepare(
+            loaded.model, loaded.tokenizer, cpu, precision, engine)
+        translate = functools.partial(inference.translate_sentences, ready)
     else:
-        quantize = importlib.import_module(f"{name}.quantize")
-        model, precision = quantize.decoding_model(loaded.model, precision, cpu)
-        extra = {}
-    translate = functools.partial(inference.translate_sentences, model, loaded.tokenizer,
-                                  device="cpu", precision=precision, **extra)
+        if hasattr(inference, "decoding_model"):  # a revision with engines
+            chosen = importlib.import_module(f"{name}.engine").resolve_engine(engine, cpu)
+            model, precision = inference.decoding_model(loaded.model, precision, cpu, chosen)
+            extra = {"engine": chosen}
+        else:
+            quantize = importlib.import_module(f"{name}.quantize")
+            model, precision = quantize.decoding_model(loaded.model, precision, cpu)
+            extra = {}
+        translate = functools.partial(inference.translate_sentences, model, loaded.tokenizer,
+                                      device="cpu", precision=precision, **extra)
     own = importlib.import_module(f"{name}.config").DecodeConfig
     known = {f.name for f in dataclasses.fields(own)}
 

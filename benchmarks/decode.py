@@ -76,6 +76,7 @@ from translate.fast import accelerate, quantize_int8
 from translate.hardware import autocast, cpu_name
 from translate.inference import translate_sentences
 from translate.models.transformer import Transformer
+from translate.ready import Ready
 from translate.scoring import score
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD
@@ -188,8 +189,8 @@ def build_systems(loaded: Loaded, cfg: DecodeConfig, threads: int, ct2_dir: Path
     systems: dict[str, Translate] = {}
     if "ours" in families:
         def ours(m: nn.Module, precision: str = "fp32", engine: Engine = FAST) -> Translate:
-            return lambda s, beam: translate_sentences(m, tok, s, replace(cfg, beam=beam), device,
-                                                       precision, engine=engine)
+            ready = Ready(m, tok, device, precision, engine)  # prepared here, as named
+            return lambda s, beam: translate_sentences(ready, s, replace(cfg, beam=beam))
 
         if on_gpu:  # the plain engine, as on CUDA by default, and the gpu engine's searches
             plain = copy.deepcopy(model).to(device)

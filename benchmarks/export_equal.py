@@ -20,11 +20,11 @@ import torch
 
 from translate.checkpoint import load_checkpoint
 from translate.data.read import load_split
-from translate.engine import resolve_engine
 from translate.export import export
 from translate.export.ct2 import decode
 from translate.hardware import cpu_name
-from translate.inference import decoding_model, translate_sentences
+from translate.inference import translate_sentences
+from translate.ready import Ready
 
 
 def main() -> None:
@@ -41,8 +41,7 @@ def main() -> None:
     loaded = load_checkpoint(args.run)
     data = replace(loaded.recipe.data, dataset=args.data) if args.data else loaded.recipe.data
     src, _ = load_split(data, args.split)
-    engine = resolve_engine("auto", torch.device("cpu"))
-    model, precision = decoding_model(loaded.model, "fp32", torch.device("cpu"), engine)
+    ready = Ready.prepare(loaded.model, loaded.tokenizer, torch.device("cpu"), "fp32", "auto")
     results = {"run": str(args.run), "split": args.split, "sentences": len(src),
                "cpu": cpu_name(), "ctranslate2": ctranslate2.__version__, "modes": {}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -51,8 +50,7 @@ def main() -> None:
         translator = ctranslate2.Translator(str(out), "cpu", intra_threads=args.threads)
         for name, beam in (("greedy", 1), ("beam5", 5)):
             cfg = replace(loaded.recipe.decode, beam=beam, early_exit=False)  # as CT2 can
-            ours = translate_sentences(model, loaded.tokenizer, src, cfg, "cpu", precision,
-                                       engine=engine)
+            ours = translate_sentences(ready, src, cfg)
             theirs = decode(translator, loaded.tokenizer, src, cfg, loaded.model.cfg.max_positions)
             differ = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
             results["modes"][name] = {"equal": len(src) - len(differ), "differ": differ}

@@ -25,10 +25,10 @@ import torch
 
 from translate.checkpoint import load_checkpoint
 from translate.data.read import load_split
-from translate.engine import resolve_engine
 from translate.export import export
 from translate.hardware import cpu_name
-from translate.inference import decoding_model, translate_sentences
+from translate.inference import translate_sentences
+from translate.ready import Ready
 from translate.scoring import score
 
 
@@ -85,13 +85,12 @@ def main() -> None:
     data = replace(loaded.recipe.data, dataset=args.data) if args.data else loaded.recipe.data
     src, ref = load_split(data, args.split)
     lang, cfg = data.tgt_lang, loaded.recipe.decode
-    engine = resolve_engine("auto", torch.device("cpu"))
     systems = {}
     for precision in ("fp32", loaded.recipe.train.precision):
-        model, resolved = decoding_model(loaded.model, precision, torch.device("cpu"), engine)
-        systems[f"ours {resolved}"] = translate_sentences(model, loaded.tokenizer, src, cfg,
-                                                          "cpu", resolved, engine=engine)
-        print(f"ours {resolved}: done", flush=True)
+        ready = Ready.prepare(loaded.model, loaded.tokenizer, torch.device("cpu"), precision,
+                              "auto")
+        systems[f"ours {ready.precision}"] = translate_sentences(ready, src, cfg)
+        print(f"ours {ready.precision}: done", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         folder = export(args.checkpoint, "hf", Path(tmp) / "hf").out
         encoded = {side: same_ids(folder, loaded.tokenizer, texts)

@@ -28,6 +28,7 @@ from translate.data.read import load_split
 from translate.evaluation import evaluate_split
 from translate.models import attention
 from translate.models.attention import CROSS, DECODER_SELF, ENCODER_SELF
+from translate.ready import Ready
 from translate.tokens import BOS
 
 ROLES = (ENCODER_SELF, DECODER_SELF, CROSS)
@@ -212,7 +213,7 @@ def search_figure(model, loaded, src: list[str], ref: list[str], out: Path) -> N
     for beam in beams:
         cfg = replace(loaded.recipe.decode, beam=beam)
         start = time.perf_counter()
-        result = evaluate_split(model, loaded.tokenizer, src, ref, cfg,
+        result = evaluate_split(Ready(model, loaded.tokenizer), src, ref, cfg,
                                 loaded.recipe.data.tgt_lang)
         speed.append(len(src) / (time.perf_counter() - start))
         bleu.append(result.scores.bleu)

@@ -22,14 +22,15 @@ def test_three_lines_translate_a_list_with_beam_5(trained_run, small_data):
     assert len(german) == 20 and all(isinstance(line, str) for line in german)
     from dataclasses import replace
 
-    from translate.checkpoint import load_checkpoint
-    from translate.inference import decoding_model, translate_sentences
+    from translate.inference import translate_sentences
+    from translate.ready import Ready
 
-    loaded = load_checkpoint(trained_run.run_dir)  # what `translate decode --beam 5` runs
-    model, precision = decoding_model(loaded.model, "auto", translator.device, translator.engine)
-    cfg = replace(loaded.recipe.decode, beam=5)
-    assert german == translate_sentences(model, loaded.tokenizer, sources, cfg, "cpu", precision,
-                                         engine=translator.engine)
+    ready = Ready.load(trained_run.run_dir)  # what `translate decode --beam 5` runs
+    assert (ready.device, ready.precision, ready.engine) == (translator.device,
+                                                             translator.precision,
+                                                             translator.engine)
+    cfg = replace(ready.recipe.decode, beam=5)
+    assert german == translate_sentences(ready, sources, cfg)
 
 
 def test_one_sentence_in_one_out_and_order_kept(translator, small_data):

@@ -12,6 +12,7 @@ from translate.checkpoint import (load_checkpoint, read_checkpoint, save_checkpo
 from translate.config import ADDED_MODEL_KEYS, ConfigError, in_todays_keys, load_recipe
 from translate.inference import translate_sentences
 from translate.model_folder import write_model_folder
+from translate.ready import Ready
 from translate.training.checkpoints import check_resumable
 
 
@@ -74,12 +75,12 @@ def test_a_checkpoint_saved_before_a_model_key_existed_loads_resumes_and_decodes
     check_resumable(path, data, cfg)
     write_model_folder(old, tmp_path / "exported")
     sources = [row["en"] for row in read_jsonl(small_data / "test_2016_flickr.jsonl", 10)]
-    expected = translate_sentences(model.eval(), tokenizer, sources, cfg.decode)
+    expected = translate_sentences(Ready(model.eval(), tokenizer), sources, cfg.decode)
     for source in (path, tmp_path / "exported"):
         loaded = load_checkpoint(source)
         assert loaded.recipe.model == cfg.model
         assert loaded.model.state_dict().keys() == model.state_dict().keys()
-        assert translate_sentences(loaded.model, loaded.tokenizer, sources,
+        assert translate_sentences(Ready(loaded.model, loaded.tokenizer), sources,
                                    cfg.decode) == expected
 
 

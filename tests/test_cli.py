@@ -79,6 +79,7 @@ def test_decode_and_evaluate_take_the_early_exit_switch(runner, trained_run, sma
 
     from translate.checkpoint import load_checkpoint
     from translate.inference import translate_sentences
+    from translate.ready import Ready
     from translate.scoring import score
 
     loaded = load_checkpoint(trained_run.best_checkpoint)
@@ -90,7 +91,7 @@ def test_decode_and_evaluate_take_the_early_exit_switch(runner, trained_run, sma
     assert cfg.early_exit  # the default
     plain = ["--beam", "4", "--precision", "fp32", "--engine", "plain"]
     for switch, early_exit in [("--early-exit", True), ("--no-early-exit", False)]:
-        expected = translate_sentences(loaded.model, loaded.tokenizer, lines,
+        expected = translate_sentences(Ready(loaded.model, loaded.tokenizer), lines,
                                        replace(cfg, early_exit=early_exit))
         out = tmp_path / f"out{switch}.de"
         result = runner.invoke(main, ["decode", str(trained_run.best_checkpoint), "-i", str(src),

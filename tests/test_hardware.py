@@ -7,9 +7,9 @@ import torch
 from translate import hardware
 from translate.engine import PLAIN
 from translate.hardware import pick_device
-from translate.inference import decoding_model
 from translate.models import build_model
 from translate.models.transformer import TransformerConfig
+from translate.ready import Ready
 
 CPU = torch.device("cpu")
 
@@ -71,12 +71,12 @@ def test_auto_per_cpu(monkeypatch, vendor, flags, training, decoding):
     assert hardware.resolve_precision("fp32", CPU, decoding=True) == "fp32"  # asked for: kept
 
 
-def test_decoding_model_follows_the_cpu(monkeypatch):
+def test_a_model_made_ready_to_decode_follows_the_cpu(monkeypatch):
     model = build_model(TransformerConfig(d_model=32, heads=2, ffn_dim=64, encoder_layers=1,
                                           decoder_layers=1), 50, 50, True)
 
-    def precision() -> str:
-        return decoding_model(model, "auto", CPU, PLAIN)[1]
+    def precision() -> str:  # (preparing needs no tokenizer)
+        return Ready.prepare(model, None, CPU, "auto", PLAIN).precision
 
     monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx512_bf16"})
     monkeypatch.setattr(hardware, "cpu_vendor", lambda: AMD)

@@ -18,6 +18,7 @@ from translate.data.batch import pad
 from translate.inference import translate_sentences
 from translate.model_folder import write_model_folder
 from translate.models import build_model
+from translate.ready import Ready
 from translate.tokenizer import Tokenizer
 
 
@@ -70,11 +71,11 @@ def test_every_loader_translates_the_export_as_the_checkpoint(exported, trained_
     assert folder.step == best.step and folder.recipe.model == best.recipe.model
     for beam in (1, 5):
         cfg = replace(best.recipe.decode, beam=beam)
-        assert (translate_sentences(folder.model, folder.tokenizer, sources, cfg)
-                == translate_sentences(best.model, best.tokenizer, sources, cfg))
+        assert (translate_sentences(Ready(folder.model, folder.tokenizer), sources, cfg)
+                == translate_sentences(Ready(best.model, best.tokenizer), sources, cfg))
     api = Translator.load(exported, device="cpu", precision="fp32")
     assert api.translate(sources[:5], beam=1) == translate_sentences(
-        best.model, best.tokenizer, sources[:5], replace(best.recipe.decode, beam=1))
+        Ready(best.model, best.tokenizer), sources[:5], replace(best.recipe.decode, beam=1))
     result = CliRunner().invoke(main, ["evaluate", str(exported), "--data", str(small_data),
                                        "--split", "test_2016_flickr", "--json"])
     assert result.exit_code == 0, result.output
@@ -134,8 +135,8 @@ def test_the_folder_carries_the_model_options_and_decodes_as_the_checkpoint(trai
         assert torch.equal(folder.model(src, src[:, :6]), saved.model(src, src[:, :6]))
     for beam in (1, 4):
         decode = replace(cfg.decode, beam=beam, max_len_b=5)
-        assert (translate_sentences(folder.model, folder.tokenizer, sources, decode)
-                == translate_sentences(saved.model, saved.tokenizer, sources, decode))
+        assert (translate_sentences(Ready(folder.model, folder.tokenizer), sources, decode)
+                == translate_sentences(Ready(saved.model, saved.tokenizer), sources, decode))
 
 
 def test_an_incomplete_or_foreign_folder_gets_one_error_line(exported, tmp_path):

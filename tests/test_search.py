@@ -9,6 +9,7 @@ from translate.config import DecodeConfig
 from translate.data.batch import pad
 from translate.inference import decode_sentences, translate_sentences
 from translate.models import RNNConfig, TransformerConfig, build_model
+from translate.ready import Ready
 from translate.search import beam_search, greedy_search, length_penalty, top_candidates
 from translate.tokens import BOS, EOS, PAD
 
@@ -174,17 +175,17 @@ def test_beam_keeps_input_order_and_scores_at_least_greedy(trained_run, small_da
     from translate.checkpoint import load_checkpoint
 
     loaded = load_checkpoint(trained_run.run_dir)
+    ready = Ready(loaded.model, loaded.tokenizer)
     src = [json.loads(line)["en"] for line in (small_data / "test_2016_flickr.jsonl").open()][:40]
     src[7] = ""
     cfg = replace(loaded.recipe.decode, beam=4, lenpen=0.0)
-    forward = translate_sentences(loaded.model, loaded.tokenizer, src, cfg)
-    backward = translate_sentences(loaded.model, loaded.tokenizer, src[::-1], cfg)
+    forward = translate_sentences(ready, src, cfg)
+    backward = translate_sentences(ready, src[::-1], cfg)
     assert forward == backward[::-1]
     assert forward[7] == ""
     # with no length penalty the beam finds more probable outputs than greedy
-    beam = decode_sentences(loaded.model, loaded.tokenizer, src, cfg, with_scores=True)
-    greedy = decode_sentences(loaded.model, loaded.tokenizer, src, replace(cfg, beam=1),
-                              with_scores=True)
+    beam = decode_sentences(ready, src, cfg, with_scores=True)
+    greedy = decode_sentences(ready, src, replace(cfg, beam=1), with_scores=True)
     assert sum(b[0].logprob for b in beam) > sum(g[0].logprob for g in greedy)
     assert sum(b[0].logprob > g[0].logprob + 1e-4 for b, g in zip(beam, greedy)) > 0
 
@@ -252,7 +253,8 @@ def test_overlong_line_is_truncated_with_a_warning(trained_run, caplog):
 
     loaded = load_checkpoint(trained_run.run_dir)
     cfg = DecodeConfig(beam=3)
-    out = translate_sentences(loaded.model, loaded.tokenizer, ["a dog " * 2000, "a dog ."], cfg)
+    out = translate_sentences(Ready(loaded.model, loaded.tokenizer), ["a dog " * 2000, "a dog ."],
+                              cfg)
     assert len(out) == 2 and out[0]
     assert "over the model's limit" in caplog.text
 

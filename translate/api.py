@@ -26,54 +26,78 @@ from pathlib import Path
 from typing import Any, Sequence, Union, overload
 
 import torch
+from torch import nn
 
 from translate.analysis.attention import AttentionMaps, attention_maps
-from translate.checkpoint import Loaded, load_checkpoint
 from translate.config import DecodeConfig, decode_options
-from translate.engine import resolve_engine
-from translate.hardware import pick_device
-from translate.inference import Translation, decode_sentences, decoding_model
+from translate.engine import Engine
+from translate.inference import Translation, decode_sentences
+from translate.ready import Ready
 from translate.scoring import Scores, score
-from translate.tokenizer import unicode_error
+from translate.tokenizer import Tokenizer, unicode_error
 
 Output = Union[str, Translation, list[str], list[Translation]]
 
 
 class Translator:
-    """A model ready to decode on one device, in one precision, with one engine.
+    """A model ready to decode on one device, in one precision, with one engine (a
+    `translate.ready.Ready`, loaded from a checkpoint: it carries the recipe and step).
 
     One Translator may be shared between threads: the calls that run the model (`translate`,
     `attention`) take turns on a lock, since they share its modules, its engine's caches (packed
     weights) and, while `attention` records, hooks on every attention module. Each call returns
     what it would alone; calls run one at a time (each uses PyTorch's threads), `score` in
-    parallel. Translators built from one `Loaded` share its model and not the lock: load one
+    parallel. Translators built from one `Ready` share its model and not the lock: load one
     per Translator.
     """
 
-    def __init__(self, loaded: Loaded, device: torch.device, precision: str = "auto",
-                 engine: str = "auto"):
-        self.recipe = loaded.recipe
-        self.tokenizer = loaded.tokenizer
-        self.step = loaded.step
-        self.device = device
-        self.engine = resolve_engine(engine, device)
-        self.model, self.precision = decoding_model(loaded.model, precision, device, self.engine)
+    def __init__(self, ready: Ready):
+        if ready.recipe is None:
+            raise ValueError("a Translator needs the recipe its model was saved with: build "
+                             "it with Translator.load, or from Ready.load")
+        self.ready = ready
+        self.recipe = ready.recipe
+        self.step = ready.step
         self.lock = threading.Lock()  # the model's turn: see the class docstring
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device | None = None,
-             precision: str = "auto", engine: str = "auto") -> "Translator":
+             precision: str | None = None, engine: str | None = None) -> "Translator":
         """Load a run folder (its best.pt), a checkpoint file or an exported model folder.
 
         device: cpu, cuda, cuda:1, mps (default: the best available). precision: auto (bf16
         where the CPU has AMX, on an AMD CPU with AVX512-BF16 and on a GPU with bf16; else
-        fp32), fp32, bf16, fp16 or int8. A path that is not a str or Path is a TypeError; a
-        missing or damaged model a CheckpointError (a ValueError) naming the file.
+        fp32), fp32, bf16, fp16 or int8; default: the recipe's train.precision, the one the
+        model was trained in, as `translate decode` decodes (every shipped recipe says auto).
+        engine: auto (the default: fast on the CPU, plain elsewhere), fast, plain, gpu or
+        textbook. The defaults are `translate.ready`'s, the command line's too. A path that is
+        not a str or Path is a TypeError; a missing or damaged model a CheckpointError (a
+        ValueError) naming the file.
         """
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or a Path, not {type(path).__name__}")
-        dev = pick_device(None if device is None else str(device), precision, option="device=")
-        return cls(load_checkpoint(path, dev), dev, precision, engine)
+        return cls(Ready.load(path, device, precision, engine, option="device="))
+
+    @property
+    def model(self) -> nn.Module:
+        return self.ready.model
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.ready.tokenizer
+
+    @property
+    def device(self) -> torch.device:
+        return self.ready.device
+
+    @property
+    def precision(self) -> str:
+        """The precision it decodes in, resolved (int8: fp32, the linears quantized)."""
+        return self.ready.precision
+
+    @property
+    def engine(self) -> Engine:
+        return self.ready.engine
 
     @property
     def arch(self) -> str:
@@ -120,9 +144,8 @@ class Translator:
                             f"{type(return_scores).__name__}")
         cfg = self.decode_config(beam, nbest, lenpen)
         with self.lock:
-            found = decode_sentences(self.model, self.tokenizer, sentences, cfg, self.device,
-                                     self.precision, nbest=nbest, with_scores=return_scores,
-                                     engine=self.engine)
+            found = decode_sentences(self.ready, sentences, cfg, nbest=nbest,
+                                     with_scores=return_scores)
         outputs = []
         for hyps in found:
             hyps = hyps + [Translation("")] * (nbest - len(hyps))  # an empty input: one ''

@@ -74,8 +74,8 @@ def train(recipe, overrides, run_dir, resume_dir, data_path, overwrite, adopt, s
     its newest checkpoint (last.pt every train.save_every steps, step_N.pt at validation).
     """
     from translate.training import Interrupted, train as run_training
+    from translate.training.build import training_device
     from translate.training.distributed import join, together
-    from translate.hardware import pick_device
 
     if seeds is not None:
         _train_seeds(recipe, overrides, run_dir, resume_dir, data_path, overwrite, seeds, device,
@@ -84,7 +84,7 @@ def train(recipe, overrides, run_dir, resume_dir, data_path, overwrite, adopt, s
     try:
         # Under torchrun the processes join first, so that one that cannot read the recipe or
         # the run folder fails them all, with one message.
-        with together(join(pick_device(device))):
+        with together(join(training_device(device))):
             cfg, run_dir = _train_recipe(recipe, overrides, run_dir, resume_dir, data_path,
                                          overwrite, adopt)
         run_training(cfg, run_dir, device, progress=not no_progress and sys.stderr.isatty(),

@@ -1,4 +1,7 @@
-"""The command line's shared vocabulary: options several commands take, and parameter types."""
+"""The command line's shared vocabulary: options several commands take, and parameter types.
+
+--device, --precision and --engine default to None: `translate.ready.Ready.load` decides what
+None means, for the commands and the Python API alike."""
 
 from __future__ import annotations
 
@@ -13,9 +16,9 @@ device_option = click.option("--device", default=None,
                              help="cpu, cuda, cuda:1, mps (default: the best available).")
 precision_option = click.option(
     "--precision", type=click.Choice(list(PRECISIONS)), default=None,
-    help="Decoding precision (default: the recipe's train.precision); auto: bf16 on a GPU and on "
-    "CPUs with AMX (or AMD ones with AVX512-BF16), else fp32; int8 quantizes the linear layers, "
-    "CPU only (the default device then).")
+    help="Decoding precision (default: the recipe's train.precision, as the Python API); auto: "
+    "bf16 on a GPU and on CPUs with AMX (or AMD ones with AVX512-BF16), else fp32; int8 "
+    "quantizes the linear layers, CPU only (the default device then).")
 beam_option = click.option("--beam", type=click.IntRange(min=1), default=None,
                            help="Beam size; 1 = greedy (default: the recipe's decode.beam, 5).")
 early_exit_option = click.option(
@@ -25,12 +28,12 @@ early_exit_option = click.option(
     "what searching on to beam-size finished hypotheses would (default: the recipe's "
     "decode.early_exit, on).")
 engine_option = click.option(
-    "--engine", type=click.Choice(list(ENGINE_NAMES)), default="auto",
-    show_default=True,
+    "--engine", type=click.Choice(list(ENGINE_NAMES)), default=None,
     help="textbook: translate/models/ exactly as written, attention included (edit it and see); "
     "plain: the same model with PyTorch's fused attention; fast: the CPU speed work "
     "(translate.fast); gpu: plain with searches that read the device every few steps "
-    "(translate.gpu); auto: fast on the CPU, plain elsewhere. Translations agree to rounding.")
+    "(translate.gpu); auto (the default): fast on the CPU, plain elsewhere. Translations agree "
+    "to rounding.")
 
 
 # `translate serve`'s limits, one option per `translate.serve.ServeConfig` field

@@ -19,14 +19,12 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import BinaryIO, Iterator, TextIO
 
-from translate.checkpoint import load_checkpoint
 from translate.config import decode_options
 from translate.data import DataError
 from translate.data.read import iter_lines
-from translate.engine import resolve_engine
 from translate.files import output_clash, output_kind
-from translate.hardware import pick_device
-from translate.inference import decode_sentences, decoding_model
+from translate.inference import decode_sentences
+from translate.ready import Ready
 from translate.utils import atomic_write
 
 
@@ -36,30 +34,26 @@ class OptionError(ValueError):
 
 def decode_file(checkpoint: str, input_path: str = "-", output_path: str = "-", nbest: int = 1,
                 scores: bool = False, chunk: int = 10_000, device: str | None = None,
-                precision: str | None = None, engine: str = "auto", prompt: str = "",
+                precision: str | None = None, engine: str | None = None, prompt: str = "",
                 progress: bool = False, **options) -> None:
     """`translate decode`: translate the lines of `input_path` (- = stdin) with `checkpoint` into
     `output_path` (- = stdout), `chunk` lines at a time (1: each as soon as it is read).
 
+    `device`, `precision` and `engine` as `Ready.load` takes them (None: its defaults);
     `options` (beam, lenpen, early_exit, max_tokens, batch_size; None: the recipe's) set the
     decoding; `prompt`, if any, goes to stderr once the model is ready to translate."""
     check_output(output_path, input_path, checkpoint)
-    dev = pick_device(device, precision)
-    loaded = load_checkpoint(checkpoint, dev)
-    resolved = resolve_engine(engine, dev)
-    cfg = decode_options(loaded.recipe.decode, **options)
+    ready = Ready.load(checkpoint, device, precision, engine)
+    cfg = decode_options(ready.recipe.decode, **options)
     if nbest > cfg.beam:
         raise OptionError(f"--nbest ({nbest}) cannot exceed the beam size ({cfg.beam})")
-    model, precision = decoding_model(loaded.model, precision or loaded.recipe.train.precision,
-                                      dev, resolved)
     if prompt:
         print(prompt, file=sys.stderr, flush=True)
     with open_input(input_path) as source, open_output(output_path) as sink:
         first = 0
         for lines in chunks(source, input_path, chunk):
-            found = decode_sentences(model, loaded.tokenizer, lines, cfg, dev, precision,
-                                     progress=progress, nbest=nbest, with_scores=scores,
-                                     engine=resolved)
+            found = decode_sentences(ready, lines, cfg, progress=progress, nbest=nbest,
+                                     with_scores=scores)
             sink.write("".join(format_hypotheses(first + i, hyps, nbest, scores)
                                for i, hyps in enumerate(found)))
             sink.flush()

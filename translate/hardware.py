@@ -8,7 +8,8 @@
     keep_freed_memory    glibc keeps freed memory for reuse (`train.keep_freed_memory`)
 
 The precision names are written here once; the recipe's `train.precision`, the `--precision`
-option and the error messages read them.
+option and the error messages read them. Decoding resolves them in `translate.ready`, training
+in `translate.training.build`.
 """
 
 from __future__ import annotations

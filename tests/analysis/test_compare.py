@@ -16,6 +16,7 @@ from translate.checkpoint import load_checkpoint
 from translate.cli import main
 from translate.data.batch import pad
 from translate.inference import translate_sentences
+from translate.ready import Ready
 from translate.scoring import bleu_by_length, score
 from translate.tokens import BOS
 
@@ -208,7 +209,7 @@ def test_attention_maps_are_distributions_over_the_right_tokens(run, request):
     maps = attention_maps(loaded.model, loaded.tokenizer, text, loaded.recipe.decode)
     S, T = len(maps.src_pieces), len(maps.tgt_in_pieces)
     assert maps.src_pieces[-1] == "</s>" and maps.tgt_in_pieces[0] == "<s>"
-    assert maps.translation == translate_sentences(loaded.model, loaded.tokenizer, [text],
+    assert maps.translation == translate_sentences(Ready(loaded.model, loaded.tokenizer), [text],
                                                    loaded.recipe.decode)[0]
     cfg = loaded.recipe.model
     if cfg.arch == "rnn":

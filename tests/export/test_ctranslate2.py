@@ -12,6 +12,7 @@ from translate.config import load_recipe
 from translate.export import export
 from translate.inference import decode_sentences, translate_sentences
 from translate.models import TransformerConfig, build_model
+from translate.ready import Ready
 from translate.search import greedy_search
 from translate.tokenizer import Tokenizer
 from translate.tokens import EOS, PAD
@@ -83,7 +84,7 @@ def test_ctranslate2_translates_the_test_split_as_we_do(ct2_export, trained_run,
     for beam in (1, 5):
         # lenpen 0.6, GNMT's; searching on as CTranslate2 can (no early exit: see `decode`)
         cfg = replace(loaded.recipe.decode, beam=beam, early_exit=False)
-        ours = decode_sentences(loaded.model, loaded.tokenizer, sources, cfg, nbest=1,
+        ours = decode_sentences(Ready(loaded.model, loaded.tokenizer), sources, cfg, nbest=1,
                                 with_scores=True)
         theirs = decode(translator, loaded.tokenizer, sources, cfg,
                         loaded.model.cfg.max_positions)
@@ -109,7 +110,7 @@ def test_int8_quantization_shrinks_the_model_and_translates(ct2_export, trained_
     cfg = replace(loaded.recipe.decode, beam=1)
     translator = ctranslate2.Translator(str(int8.out), "cpu", intra_threads=1)
     theirs = decode(translator, loaded.tokenizer, sources, cfg, loaded.model.cfg.max_positions)
-    ours = translate_sentences(loaded.model, loaded.tokenizer, sources, cfg)
+    ours = translate_sentences(Ready(loaded.model, loaded.tokenizer), sources, cfg)
     assert sum(a == b for a, b in zip(ours, theirs)) >= len(sources) // 2  # int8 rounds
 
 
@@ -140,7 +141,6 @@ def test_a_separate_vocabulary_folder_translates_with_its_own_spm_files(small_da
         max_decoding_length=limit, suppress_sequences=[["<pad>"], ["<s>"]])
     # ours drops unknown pieces; SentencePiece writes " ⁇ " for them
     theirs = [tgt.decode([p for p in r.hypotheses[0] if p != "<unk>"]) for r in found]
-    ours = translate_sentences(model.eval(), tokenizer, sources, replace(cfg.decode,
-                                                                          max_len_a=0,
-                                                                          max_len_b=limit))
+    ours = translate_sentences(Ready(model.eval(), tokenizer), sources,
+                               replace(cfg.decode, max_len_a=0, max_len_b=limit))
     assert theirs == ours

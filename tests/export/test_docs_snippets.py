@@ -13,6 +13,7 @@ import pytest
 from translate.checkpoint import load_checkpoint
 from translate.export import export
 from translate.inference import decode_sentences, translate_sentences
+from translate.ready import Ready
 
 REPO = Path(__file__).resolve().parents[2]
 SNIPPET = re.compile(r"<!-- snippet: (\w+) -->\n```python\n(.*?)```", re.S)
@@ -40,11 +41,11 @@ def test_a_snippet_prints_our_translations(page, fmt, code, trained_run, tmp_pat
     printed = ast.literal_eval(capsys.readouterr().out.strip().splitlines()[-1])
     sentences = ast.literal_eval(re.search(r"\[\"A man.*?\]", code, re.S).group(0))
     loaded = load_checkpoint(trained_run.run_dir)
+    ready = Ready(loaded.model, loaded.tokenizer)
     if fmt == "hf":  # generate with the saved settings: the recipe's search
-        assert printed == translate_sentences(loaded.model, loaded.tokenizer, sentences,
-                                              loaded.recipe.decode)
+        assert printed == translate_sentences(ready, sentences, loaded.recipe.decode)
     else:  # CTranslate2 ranks by logprob / length: one of the beam's finished hypotheses
         cfg = replace(loaded.recipe.decode, beam=5, early_exit=False)
-        found = decode_sentences(loaded.model, loaded.tokenizer, sentences, cfg, nbest=5)
+        found = decode_sentences(ready, sentences, cfg, nbest=5)
         assert all(text in [t.text for t in hyps] for text, hyps in zip(printed, found))
     assert len(printed) == len(sentences) and all(printed)

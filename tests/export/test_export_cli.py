@@ -15,6 +15,7 @@ from translate.cli import main
 from translate.config import load_recipe
 from translate.inference import translate_sentences
 from translate.models import build_model
+from translate.ready import Ready
 
 
 def run(*args: str):
@@ -112,8 +113,8 @@ def test_rope_and_qk_norm_export_to_inference_only(options_checkpoint, small_dat
     sources = [row["en"] for row in read_jsonl(small_data / "test_2016_flickr.jsonl", 20)]
     for beam in (1, 4):
         cfg = replace(original.recipe.decode, beam=beam, max_len_b=5)
-        assert (translate_sentences(loaded.model, loaded.tokenizer, sources, cfg)
-                == translate_sentences(original.model, original.tokenizer, sources, cfg))
+        assert (translate_sentences(Ready(loaded.model, loaded.tokenizer), sources, cfg)
+                == translate_sentences(Ready(original.model, original.tokenizer), sources, cfg))
     for fmt in ("ctranslate2", "hf"):
         if importlib.util.find_spec({"hf": "transformers"}.get(fmt, fmt)) is None:
             continue

@@ -16,6 +16,7 @@ from translate.data.batch import pad
 from translate.export import ExportError, export
 from translate.inference import decode_sentences
 from translate.models import TransformerConfig, build_model
+from translate.ready import Ready
 from translate.search import greedy_search, output_limits
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD
@@ -116,7 +117,7 @@ def test_generate_translates_as_translate_decode_with_beam_5(trained_run, small_
     assert (g.num_beams, g.early_stopping) == (5, True)
     assert g.length_penalty == pytest.approx(0.75 * lenpen)  # matched to GNMT's at 15 pieces
     sources = [r["en"] for r in read_jsonl(small_data / "test_2016_flickr.jsonl", 24)]
-    ours = decode_sentences(loaded.model, loaded.tokenizer, sources, decode)
+    ours = decode_sentences(Ready(loaded.model, loaded.tokenizer), sources, decode)
     equal = 0
     for source, hyps in zip(sources, ours):  # one at a time: ours has a limit a sentence
         inputs = tok([source], return_tensors="pt")

@@ -21,6 +21,7 @@ from translate.fast.search import topk_rows
 from translate.inference import decode_sentences
 from translate.models import RNNConfig, TransformerConfig, build_model
 from translate.models.attention import MultiHeadAttention, padding_mask
+from translate.ready import Ready
 from translate.search import beam_search, greedy_search
 from translate.training.optim import make_optimizer
 
@@ -97,9 +98,10 @@ def test_fast_and_plain_translate_real_data_alike(run, request, small_data):
     fast_model = accelerate(copy.deepcopy(loaded.model))
     for beam in (1, 5):
         cfg = replace(loaded.recipe.decode, beam=beam)
-        plain = decode_sentences(loaded.model, loaded.tokenizer, src, cfg, with_scores=True)
-        fast = decode_sentences(fast_model, loaded.tokenizer, src, cfg, with_scores=True,
-                                engine=FAST)
+        plain = decode_sentences(Ready(loaded.model, loaded.tokenizer), src, cfg,
+                                 with_scores=True)
+        fast = decode_sentences(Ready(fast_model, loaded.tokenizer, engine=FAST), src, cfg,
+                                with_scores=True)
         same = sum(p[0].text == f[0].text for p, f in zip(plain, fast))
         assert same >= 99, f"beam {beam}: {same}/100 identical"
         close = [abs(p[0].logprob - f[0].logprob) < 1e-3 for p, f in zip(plain, fast)

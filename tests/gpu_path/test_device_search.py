@@ -14,6 +14,7 @@ from translate.checkpoint import load_checkpoint
 from translate.data.batch import pad
 from translate.engine import GPU, PLAIN, resolve_engine
 from translate.inference import decode_sentences
+from translate.ready import Ready
 from translate.search import output_limits
 from translate.tokens import EOS
 
@@ -89,9 +90,9 @@ def test_a_trained_model_decodes_the_same_through_the_gpu_engine(trained_run, sm
     assert resolve_engine("gpu", torch.device("cpu")) is GPU
     for beam in (5, 1):
         cfg = replace(loaded.recipe.decode, beam=beam)
-        want = decode_sentences(loaded.model, loaded.tokenizer, lines, cfg, engine=PLAIN,
+        want = decode_sentences(Ready(loaded.model, loaded.tokenizer, engine=PLAIN), lines, cfg,
                                 with_scores=beam > 1)
-        got = decode_sentences(loaded.model, loaded.tokenizer, lines, cfg, engine=GPU,
+        got = decode_sentences(Ready(loaded.model, loaded.tokenizer, engine=GPU), lines, cfg,
                                with_scores=beam > 1)
         same = [g[0].text == w[0].text for g, w in zip(got, want)]
         assert sum(same) >= 38, f"beam {beam}: {sum(same)} of 40 alike"

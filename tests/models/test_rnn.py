@@ -5,10 +5,11 @@ import torch
 
 from translate.checkpoint import load_checkpoint
 from translate.analysis.attention import record_attention
-from translate.hardware import resolve_precision
+from translate.engine import PLAIN
 from translate.inference import translate_sentences
 from translate.models import RNNConfig, build_model
 from translate.models.rnn import AdditiveAttention
+from translate.ready import Ready
 from translate.search import greedy_search
 from translate.tokens import PAD
 
@@ -95,8 +96,7 @@ def test_tiny_rnn_learns_real_data_and_round_trips(trained_rnn_run, small_data):
     src = [json.loads(line)["en"] for line in (small_data / "test_2016_flickr.jsonl").open()]
     # the run decoded its test split in the precision `auto` picks for decoding here (bf16 on
     # a CPU with AMX or AVX512-BF16, fp32 elsewhere): decode again in it, so strings compare
-    precision = resolve_precision(loaded.recipe.train.precision, torch.device("cpu"),
-                                  decoding=True)
-    again = translate_sentences(loaded.model, loaded.tokenizer, src[:20], loaded.recipe.decode,
-                                precision=precision)
+    ready = Ready.prepare(loaded.model, loaded.tokenizer, torch.device("cpu"),
+                          loaded.recipe.train.precision, PLAIN)
+    again = translate_sentences(ready, src[:20], loaded.recipe.decode)
     assert again == hyps[:20]

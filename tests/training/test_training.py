@@ -8,6 +8,7 @@ from torch import nn
 from translate.checkpoint import load_checkpoint
 from translate.config import DecodeConfig
 from translate.inference import translate_sentences
+from translate.ready import Ready
 from translate.training import inverse_sqrt_lr, update_ema
 
 
@@ -44,7 +45,7 @@ def test_checkpoint_holds_everything_to_decode(trained_run):
     assert data["tokenizer"]["special_ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
     loaded = load_checkpoint(trained_run.best_checkpoint)
     assert loaded.step == data["step"] and loaded.tokenizer.tgt_vocab_size == 1000
-    out = translate_sentences(loaded.model, loaded.tokenizer,
+    out = translate_sentences(Ready(loaded.model, loaded.tokenizer),
                               ["A man is riding a bike.", "", "Two dogs play in the snow."],
                               DecodeConfig(beam=1))
     assert len(out) == 3 and out[1] == "" and out[0] and out[2]

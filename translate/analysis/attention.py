@@ -22,11 +22,10 @@ import torch
 from torch import nn
 
 from translate.analysis.plots import Heatmap, plot_heatmaps
-from translate.checkpoint import load_checkpoint
 from translate.config import DecodeConfig
-from translate.hardware import pick_device
 from translate.models.attention import CROSS, DECODER_SELF, ENCODER_SELF, MultiHeadAttention
 from translate.models.rnn import AdditiveAttention
+from translate.ready import Ready
 from translate.search import greedy_search, max_output_length
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD
@@ -178,8 +177,8 @@ def draw_attention(checkpoint: str, text: str, output: str | Path, device: str |
                    ) -> tuple[AttentionMaps, Path]:
     """`translate attention`: the maps of `checkpoint`'s translation of `text` (a file or run
     folder), drawn into `output`; returns them (with the translation) and the figure's path."""
-    dev = pick_device(device)
-    loaded = load_checkpoint(checkpoint, dev)
-    maps = attention_maps(loaded.model, loaded.tokenizer, text, loaded.recipe.decode, dev)
-    title = f"{loaded.recipe.model.arch}: {text.strip()}  →  {maps.translation}"
+    # the model as loaded (the plain engine changes nothing), in fp32: its weights unrounded
+    ready = Ready.load(checkpoint, device, precision="fp32", engine="plain")
+    maps = attention_maps(ready.model, ready.tokenizer, text, ready.recipe.decode, ready.device)
+    title = f"{ready.recipe.model.arch}: {text.strip()}  →  {maps.translation}"
     return maps, attention_figure(maps, output, title)

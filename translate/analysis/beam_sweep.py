@@ -19,8 +19,9 @@ from translate.analysis.plots import pyplot, save_figure
 from translate.analysis.report import markdown_table
 from translate.config import ConfigError, decode_options
 from translate.data.read import load_split
-from translate.evaluation import evaluate_split, ready_checkpoint
+from translate.evaluation import evaluate_split, read_from
 from translate.inference import translate_sentences
+from translate.ready import Ready
 
 log = logging.getLogger(__name__)
 WARM_UP = 64  # sentences decoded once, untimed, before the grid
@@ -74,20 +75,22 @@ def check_dev_split(split: str, test_splits: Sequence[str]) -> None:
 def sweep_beams(checkpoint: str, split: str = "dev", beams: Sequence[int] = (1, 2, 4, 5, 8),
                 lenpens: Sequence[float] = (0.0, 0.3, 0.6, 1.0, 1.5),
                 data_path: str | None = None, device: str | None = None,
-                precision: str | None = None, engine: str = "auto",
+                precision: str | None = None, engine: str | None = None,
                 early_exit: bool | None = None,
                 report: Callable[[SweepPoint], None] = lambda point: None) -> BeamSweep:
     """Decode `split` with every (beam, length penalty) of the grid; `report` hears each result.
 
-    Unset options come from the checkpoint's recipe, as in `translate evaluate`."""
-    ready = ready_checkpoint(checkpoint, data_path, device, precision, engine)
-    check_dev_split(split, ready.loaded.recipe.data.test_splits)
-    src, ref = load_split(ready.data, split)
-    base = decode_options(ready.loaded.recipe.decode, early_exit=early_exit)
+    Unset options come from the checkpoint's recipe and `Ready.load`, as in `translate
+    evaluate`."""
+    ready = Ready.load(checkpoint, device, precision, engine)
+    recipe = ready.recipe
+    check_dev_split(split, recipe.data.test_splits)
+    data = read_from(recipe.data, data_path)
+    src, ref = load_split(data, split)
+    base = decode_options(recipe.decode, early_exit=early_exit)
     # untimed: the first decode builds the kernels for its shapes, which would slow the first
     # setting's sentences/s alone
-    translate_sentences(ready.model, ready.loaded.tokenizer, src[:WARM_UP], base, ready.device,
-                        ready.precision, engine=ready.engine)
+    translate_sentences(ready, src[:WARM_UP], base)
     points, signature = [], ""
     for beam in sorted(set(beams)):
         greedy = None
@@ -97,9 +100,7 @@ def sweep_beams(checkpoint: str, split: str = "dev", beams: Sequence[int] = (1, 
                 report(points[-1])
                 continue
             cfg = decode_options(base, beam=beam, lenpen=lenpen)
-            result = evaluate_split(ready.model, ready.loaded.tokenizer, src, ref, cfg,
-                                    ready.data.tgt_lang, ready.device, ready.precision,
-                                    ready.engine)
+            result = evaluate_split(ready, src, ref, cfg, data.tgt_lang)
             s, signature = result.scores, result.scores.bleu_signature
             points.append(SweepPoint(beam, lenpen, s.bleu, s.chrf, s.length_ratio,
                                      len(src) / max(result.seconds, 1e-9)))
@@ -107,8 +108,7 @@ def sweep_beams(checkpoint: str, split: str = "dev", beams: Sequence[int] = (1, 
             if beam == 1:
                 greedy = points[-1]
     return BeamSweep(str(checkpoint), split, len(src), ready.precision, base.early_exit,
-                     ready.loaded.recipe.decode.beam, ready.loaded.recipe.decode.lenpen, signature,
-                     points)
+                     recipe.decode.beam, recipe.decode.lenpen, signature, points)
 
 
 def sweep_table(sweep: BeamSweep) -> str:

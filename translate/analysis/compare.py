@@ -24,15 +24,14 @@ from translate.analysis.plots import (MetricsError, plot_dev_curves, plot_heatma
                                       plot_length_buckets, pyplot, read_metrics)
 from translate.analysis.report import render_report
 from translate.analysis.seeds import seed_groups
-from translate.checkpoint import CheckpointError, Loaded, load_checkpoint
+from translate.checkpoint import CheckpointError
 from translate.config import DataConfig
 from translate.data.read import load_split
-from translate.engine import Engine, resolve_engine
-from translate.evaluation import evaluate_split
-from translate.hardware import pick_device
-from translate.inference import decoding_model, translate_sentences
+from translate.evaluation import evaluate_split, read_from
+from translate.inference import translate_sentences
 from translate.models import count_parameters
 from translate.models.attention import DECODER_SELF, ENCODER_SELF
+from translate.ready import Ready
 from translate.scoring import bleu_by_length, paired_bootstrap
 
 log = logging.getLogger(__name__)
@@ -47,7 +46,7 @@ class Run:
 
     name: str
     run_dir: Path
-    loaded: Loaded
+    ready: Ready  # its checkpoint's model, ready to decode; its recipe and step
     records: list[dict]  # its metrics log
     summary: dict  # training_summary(records)
     checkpoint: Path  # what decodes: best.pt unless another checkpoint was named
@@ -68,12 +67,14 @@ def locate(run: str | Path) -> tuple[Path, Path]:
     raise CheckpointError(f"run folder not found: {path}")
 
 
-def open_run(run_dir: Path, checkpoint: Path, name: str, device: torch.device) -> Run:
-    """The run's metrics log and checkpoint, or a MetricsError / CheckpointError naming the
-    file."""
+def open_run(run_dir: Path, checkpoint: Path, name: str, device: str | None = None,
+             engine: str | None = None) -> Run:
+    """The run's metrics log, and its checkpoint ready to decode in the precision its recipe
+    names (`Ready.load`), or a MetricsError / CheckpointError naming the file."""
     records = read_metrics(run_dir)
     summary = training_summary(records, run_dir / "metrics.jsonl")
-    return Run(name, run_dir, load_checkpoint(checkpoint, device), records, summary, checkpoint)
+    return Run(name, run_dir, Ready.load(checkpoint, device, None, engine), records, summary,
+               checkpoint)
 
 
 def training_summary(records: list[dict], path: Path) -> dict:
@@ -114,31 +115,28 @@ def _unique_names(located: Sequence[tuple[Path, Path]]) -> list[str]:
     return [f"{n}-{i + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
 
 
-def _decode(run: Run, src: list[str], refs: list[str], device: torch.device, progress: bool,
-            engine: Engine, beam: int) -> tuple[list[str], dict]:
+def _decode(run: Run, src: list[str], refs: list[str], progress: bool, beam: int
+            ) -> tuple[list[str], dict]:
     """The run's hypotheses and its row of the systems table."""
-    recipe, tokenizer = run.loaded.recipe, run.loaded.tokenizer
+    recipe = run.ready.recipe
     cfg = replace(recipe.decode, beam=beam)  # every system the same beam, whatever its recipe
-    # decoded as the run's own test decode and `translate evaluate` decode it
-    model, precision = decoding_model(run.loaded.model, recipe.train.precision, device, engine)
     log.info("decoding %d sentences with %s", len(src), run.name)
     # warm up untimed, so the first run does not pay for one-time setup in its speed
-    translate_sentences(model, tokenizer, src[:WARMUP], cfg, device, precision, engine=engine)
-    result = evaluate_split(model, tokenizer, src, refs, cfg, recipe.data.tgt_lang, device,
-                            precision, engine, progress)
+    translate_sentences(run.ready, src[:WARMUP], cfg)
+    result = evaluate_split(run.ready, src, refs, cfg, recipe.data.tgt_lang, progress)
     scores = result.scores
     return result.hypotheses, {
         "name": run.name, "arch": recipe.model.arch, "run_dir": str(run.run_dir),
         "checkpoint": run.checkpoint.name,
-        "parameters": count_parameters(model), "step": run.loaded.step, **run.summary,
+        "parameters": count_parameters(run.ready.model), "step": run.ready.step, **run.summary,
         "bleu": scores.bleu, "chrf": scores.chrf, "bleu_signature": scores.bleu_signature,
-        "chrf_signature": scores.chrf_signature, "precision": precision,
+        "chrf_signature": scores.chrf_signature, "precision": run.ready.precision,
         "decode_seconds": result.seconds, "sentences_per_s": len(src) / result.seconds}
 
 
 def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
             data: str | None = None, device: str | None = None, samples: int = 5,
-            progress: bool = False, n_bootstrap: int = 1000, engine: str = "auto",
+            progress: bool = False, n_bootstrap: int = 1000, engine: str | None = None,
             beam: int = 5) -> dict:
     """Decode `split` with every run's checkpoint and write the report; returns results.json's
     dict.
@@ -149,15 +147,15 @@ def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
         split: the split to decode, read through the first run's data config.
         output: the report folder.
         data: a dataset (folder or hub name) instead of the first run's `data.dataset`.
+        device, engine: as `Ready.load` takes them (None: its defaults); each run decodes in
+            its recipe's precision, as its own test decode and `translate evaluate` do.
         samples: sample translations to show.
-        engine: auto, fast or plain (`translate.engine`).
         beam: every system's beam size (1: greedy); each recipe's length penalty.
     """
     pyplot()  # fail before decoding when matplotlib is missing
-    dev = pick_device(device)
     located = [locate(path) for path in run_paths]
-    runs = [open_run(*where, name, dev) for where, name in zip(located, _unique_names(located))]
-    decoder = resolve_engine(engine, dev)
+    runs = [open_run(*where, name, device, engine)
+            for where, name in zip(located, _unique_names(located))]
     data_cfg = _shared_data(runs, data)
     src, refs = load_split(data_cfg, split)
     if not src:
@@ -167,7 +165,7 @@ def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
 
     hyps, rows = {}, []
     for run in runs:
-        hyps[run.name], row = _decode(run, src, refs, dev, progress, decoder, beam)
+        hyps[run.name], row = _decode(run, src, refs, progress, beam)
         row["hypotheses"] = f"{run.name}.{split}.hyp.{data_cfg.tgt_lang}"
         (output / row["hypotheses"]).write_text("".join(h + "\n" for h in hyps[run.name]),
                                                 encoding="utf-8")
@@ -175,7 +173,7 @@ def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
     buckets = bleu_by_length(src, refs, hyps)
     results = {
         "split": split, "dataset": data_cfg.dataset, "sentences": len(src),
-        "device": str(dev), "threads": torch.get_num_threads(),
+        "device": str(runs[0].ready.device), "threads": torch.get_num_threads(),
         "decoding": "greedy" if beam == 1 else f"beam {beam}", "systems": rows,
         "significance": paired_bootstrap(list(hyps), list(hyps.values()), refs, n_bootstrap),
         "seed_groups": seed_groups(rows),
@@ -187,7 +185,7 @@ def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
                     "bleu_by_length": "bleu_by_length.png"},
     }
     _draw_figures(runs, buckets, output)
-    results["attention"] = [_attention_example(runs, k, i, src[i], dev, output)
+    results["attention"] = [_attention_example(runs, k, i, src[i], output)
                             for k, i in enumerate(pick_sentences(src, ATTENTION_SENTENCES), 1)]
     _write_report(results, output)
     return results
@@ -196,13 +194,13 @@ def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
 def _shared_data(runs: Sequence[Run], dataset: str | None) -> DataConfig:
     """The first run's data config, `dataset` in place of its own if given, once every run is
     found to translate the same language pair; a ValueError names two runs that do not."""
-    data_cfg = runs[0].loaded.recipe.data
+    data_cfg = runs[0].ready.recipe.data
     for run in runs[1:]:
-        other = run.loaded.recipe.data
+        other = run.ready.recipe.data
         if (other.src_lang, other.tgt_lang) != (data_cfg.src_lang, data_cfg.tgt_lang):
             raise ValueError(f"{run.run_dir} translates {other.src_lang}->{other.tgt_lang}, "
                              f"{runs[0].run_dir} {data_cfg.src_lang}->{data_cfg.tgt_lang}")
-    return replace(data_cfg, dataset=dataset) if dataset else data_cfg
+    return read_from(data_cfg, dataset)
 
 
 def _draw_figures(runs: Sequence[Run], buckets: list[dict], output: Path) -> None:
@@ -222,8 +220,7 @@ def _write_report(results: dict, output: Path) -> None:
     (output / "report.md").write_text(render_report(results), encoding="utf-8")
 
 
-def _attention_example(runs: list[Run], k: int, index: int, sentence: str, device: torch.device,
-                       output: Path) -> dict:
+def _attention_example(runs: list[Run], k: int, index: int, sentence: str, output: Path) -> dict:
     """Figure attention_<k>.png: every run's source-target attention for one test sentence.
 
     Rows of two maps: first each run's heads-averaged maps (the RNN's alignment, each Transformer
@@ -232,11 +229,11 @@ def _attention_example(runs: list[Run], k: int, index: int, sentence: str, devic
     """
     averaged, per_head, translations = [], [], {}
     for run in runs:
-        maps = attention_maps(run.loaded.model, run.loaded.tokenizer, sentence,
-                              run.loaded.recipe.decode, device)
+        maps = attention_maps(run.ready.model, run.ready.tokenizer, sentence,
+                              run.ready.recipe.decode, run.ready.device)
         translations[run.name] = maps.translation
         cross = [m for m in maps.weights if maps.roles[m][0] not in (ENCODER_SELF, DECODER_SELF)]
-        prefix = f"{run.name} ({run.loaded.recipe.model.arch})\n"
+        prefix = f"{run.name} ({run.ready.recipe.model.arch})\n"
         averaged.append([heatmap(maps, m, prefix=prefix) for m in cross])
         last = maps.weights[cross[-1]]  # (H, T, S)
         if last.size(0) > 1:

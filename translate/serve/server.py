@@ -23,8 +23,7 @@ from typing import Iterator, NoReturn
 import uvicorn
 
 from translate.api import Translator
-from translate.checkpoint import load_checkpoint
-from translate.hardware import pick_device
+from translate.ready import Ready
 from translate.serve.app import ServeConfig, build_app
 from translate.serve.connections import guarded_protocol, quiet_accept_errors
 
@@ -32,12 +31,10 @@ log = logging.getLogger("translate.serve")
 
 
 def load_translator(path: str | Path, device: str | None = None, precision: str | None = None,
-                    engine: str = "auto") -> Translator:
-    """A run folder's or checkpoint's Translator; precision defaults to the recipe's, as in
-    `translate decode`."""
-    dev = pick_device(device, precision)
-    loaded = load_checkpoint(path, dev)
-    return Translator(loaded, dev, precision or loaded.recipe.train.precision, engine)
+                    engine: str | None = None) -> Translator:
+    """A run folder's or checkpoint's Translator, set up as `translate decode` sets its model up
+    (`Ready.load`: None is its default); a bad device is named as --device names it."""
+    return Translator(Ready.load(path, device, precision, engine))
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -61,7 +58,7 @@ def url(sock: socket.socket) -> str:
 
 def serve(path: str | Path, cfg: ServeConfig = ServeConfig(), host: str = "127.0.0.1",
           port: int = 8000, device: str | None = None, precision: str | None = None,
-          engine: str = "auto") -> None:
+          engine: str | None = None) -> None:
     """Serve the model at `path` until SIGINT or SIGTERM."""
     sock = bind(host, port)  # first: a port in use fails before the model loads
     with sock:

@@ -1,6 +1,10 @@
 """`build_trainer`: a recipe and its prepared data in, a `Trainer` ready to `run()` out — the
 device, precision and threads settled, the seed set, the engine chosen, the model, its weight
-average, optimizers and loss scaler built."""
+average, optimizers and loss scaler built.
+
+Training resolves its device (`training_device`), precision (`training_precision`) and engine
+here and nowhere else, as decoding does in `translate.ready`: training's `auto` precision is
+chosen for training (bf16 only where it trains faster), decoding's for decoding."""
 
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, data: TrainingData, metrics: Me
     """The Trainer of `recipe` on `device` (the best one by default), writing into `run_dir` and
     `metrics`; `world`: the processes training together."""
     cfg = recipe.train
-    device = pick_device(device)
+    device = training_device(device)
     precision = settle_device(recipe, device, world)
     seed_everything(cfg.seed)
     engine = resolve_engine(engine_name(cfg), device)
@@ -62,14 +66,26 @@ def build_trainer(recipe: Recipe, run_dir: Path, data: TrainingData, metrics: Me
     return Trainer(recipe, run_dir, metrics, data, batcher, updater, validation, progress, world)
 
 
-def settle_device(recipe: Recipe, device: torch.device, world: World) -> str:
-    """The precision training runs in, once the recipe is known to suit it; the CPU threads and
-    allocator set as the recipe says."""
-    cfg = recipe.train
+def training_device(name: Optional[str] = None) -> torch.device:
+    """The device a run trains on: `name` (--device: cpu, cuda, cuda:N, mps), else the best
+    available (CUDA > MPS > CPU)."""
+    return pick_device(name)
+
+
+def training_precision(cfg: TrainConfig, device: torch.device) -> str:
+    """The precision a run trains in on `device`: `train.precision` resolved for training."""
     precision = resolve_precision(cfg.precision, device)
     if precision == "int8":
         raise ConfigError("train.precision int8 is for decoding only (translate decode/"
                           "evaluate --precision int8); train in fp32, bf16 or fp16")
+    return precision
+
+
+def settle_device(recipe: Recipe, device: torch.device, world: World) -> str:
+    """The precision training runs in, once the recipe is known to suit it; the CPU threads and
+    allocator set as the recipe says."""
+    cfg = recipe.train
+    precision = training_precision(cfg, device)
     if cfg.compile and cfg.loss_chunk:
         raise ConfigError("train.loss_chunk projects the decoder's states outside the "
                           "compiled forward; set train.compile false or train.loss_chunk 0")

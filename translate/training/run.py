@@ -14,14 +14,13 @@ from translate.checkpoint import CheckpointError, Loaded, load_checkpoint
 from translate.config import Recipe
 from translate.data.read import load_split
 from translate.evaluation import evaluate_split
-from translate.hardware import pick_device, resolve_precision
-from translate.inference import decoding_model
 from translate.metrics import MetricsLog
+from translate.ready import Ready
 from translate.run_folder import locked, owned_files, run_id, start_run
 from translate.training.checkpoints import check_writable, resume_point
 from translate.training.distributed import World, join, together
 from translate.training.graphs import check_recipe
-from translate.training.build import build_trainer
+from translate.training.build import build_trainer, training_device, training_precision
 from translate.training.loop import Interrupted, Trainer
 from translate.training.prepare import prepare_data
 from translate.utils import first_line
@@ -55,7 +54,7 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
     read instead of the recipe's `data.dataset`, which the run still records (TRANSLATE_DATA).
     A resumed folder without run.json is refused unless `adopt` (`--adopt`).
     """
-    world = join(pick_device(device))  # several processes under torchrun, else one
+    world = join(training_device(device))  # several processes under torchrun, else one
     new_folder = world.is_main and not resume and not run_dir.exists()
     claimed: list[bool] = []  # set once this new run has claimed the folder
     with ExitStack() as cleanup:
@@ -103,7 +102,7 @@ def _start(recipe: Recipe, run_dir: Path, device: Optional[str], progress: bool,
     data and build the Trainer (restored when resuming); `cleanup` releases the lock and closes
     the log file and the metrics log afterwards."""
     if recipe.train.cuda_graphs:  # before any data is prepared
-        check_recipe(recipe, resolve_precision(recipe.train.precision, pick_device(device)),
+        check_recipe(recipe, training_precision(recipe.train, training_device(device)),
                      world.size)
     if world.is_main:
         check_writable(run_dir)
@@ -156,10 +155,12 @@ def _say_world_change(before: object, now: int, accum: int) -> None:
 def test_scores(best: Loaded, trainer: Trainer, progress: bool) -> dict:
     """Translate each test split with the best checkpoint, write `<split>.hyp.<lang>` into the
     run folder, log the scores and return them. The model decodes as `translate evaluate`
-    decodes it (the recipe's precision resolved for decoding), so both give the same scores."""
+    decodes it (`Ready.prepare`: the recipe's precision resolved for decoding), so both give the
+    same scores."""
     recipe, run_dir = trainer.recipe, trainer.run_dir
-    model, precision = decoding_model(best.model, recipe.train.precision, trainer.device,
-                                      trainer.engine)
+    ready = Ready.prepare(best.model, best.tokenizer, trainer.device, recipe.train.precision,
+                          trainer.engine, best.recipe, best.step)
+    precision = ready.precision
     if precision != trainer.precision and recipe.data.test_splits:
         log.info("test decode in %s, training ran in %s: precision %s picks each on its own "
                  "(here %s decodes faster); --precision %s decodes as trained", precision,
@@ -167,9 +168,7 @@ def test_scores(best: Loaded, trainer: Trainer, progress: bool) -> dict:
     results = {}
     for split in recipe.data.test_splits:
         src, ref = load_split(trainer.source, split)
-        result = evaluate_split(model, best.tokenizer, src, ref, recipe.decode,
-                                recipe.data.tgt_lang, trainer.device, precision,
-                                trainer.engine, progress)
+        result = evaluate_split(ready, src, ref, recipe.decode, recipe.data.tgt_lang, progress)
         (run_dir / f"{split}.hyp.{recipe.data.tgt_lang}").write_text(
             "".join(h + "\n" for h in result.hypotheses), encoding="utf-8")
         scores = results[split] = result.scores

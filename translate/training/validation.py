@@ -15,6 +15,7 @@ from translate.data.encode import EncodedPairs
 from translate.data.read import load_split
 from translate.engine import Engine
 from translate.evaluation import evaluate_split
+from translate.ready import Ready
 from translate.tokenizer import Tokenizer
 from translate.training.batch_loss import BatchLoss
 from translate.training.prepare import DevSplit
@@ -35,15 +36,12 @@ def dev_loss(model: nn.Module, pairs: EncodedPairs, max_tokens: int, device: tor
     return nll / max(tokens, 1)
 
 
-def validation_scores(model: nn.Module, tokenizer: Tokenizer, recipe: Recipe,
-                      splits: dict[str, tuple[list[str], list[str]]], device: torch.device,
-                      precision: str, engine: Engine) -> dict[str, float]:
-    """{"<split>_bleu": BLEU} for each split of (sources, references), decoded as the recipe
-    says with validation's beam."""
+def validation_scores(ready: Ready, recipe: Recipe, splits: dict[str, tuple[list[str], list[str]]]
+                      ) -> dict[str, float]:
+    """{"<split>_bleu": BLEU} for each split of (sources, references), decoded with `ready` as
+    the recipe says, with validation's beam."""
     cfg = replace(recipe.decode, beam=recipe.train.valid_beam)
-    return {f"{name}_bleu": evaluate_split(model, tokenizer, src, ref, cfg,
-                                           recipe.data.tgt_lang, device, precision,
-                                           engine).scores.bleu
+    return {f"{name}_bleu": evaluate_split(ready, src, ref, cfg, recipe.data.tgt_lang).scores.bleu
             for name, (src, ref) in splits.items()}
 
 
@@ -92,5 +90,11 @@ class Validation:
     def scores(self, model: nn.Module, splits: dict[str, tuple[list[str], list[str]]]
                ) -> dict[str, float]:
         """{"<split>_bleu": BLEU} of each split, decoded with validation's beam."""
-        return validation_scores(model, self.tokenizer, self.recipe, splits, self.device,
-                                 self.precision, self.engine)
+        return validation_scores(self.ready(model), self.recipe, splits)
+
+    def ready(self, model: nn.Module) -> Ready:
+        """`model` (the one training, or its weight average) as validation decodes it: on the
+        run's device, in its training precision, with its engine, which the model was built
+        with: nothing left to resolve or prepare."""
+        return Ready(model, self.tokenizer, self.device, self.precision, self.engine,
+                     self.recipe)
