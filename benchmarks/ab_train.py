@@ -66,20 +66,29 @@ def same_weights(a, b, b_name: str) -> None:
     """Give trainer b trainer a's weights (and weight average), upgraded to b's format."""
     upgrade = getattr(importlib.import_module(f"{b_name}.checkpoint"), "upgrade_state_dict",
                       lambda state: state)
-    b.model.load_state_dict(upgrade(a.model.state_dict()))
-    if a.ema is not None:
-        b.ema.load_state_dict(upgrade(a.ema.state_dict()))
+    (model_a, ema_a), (model_b, ema_b) = weights_of(a), weights_of(b)
+    model_b.load_state_dict(upgrade(model_a.state_dict()))
+    if ema_a is not None:
+        ema_b.load_state_dict(upgrade(ema_a.state_dict()))
+
+
+def weights_of(trainer) -> tuple:
+    """A trainer's model and weight average (None without one): its Updater's, or, in
+    revisions before the Updater, its own."""
+    holder = getattr(trainer, "updater", trainer)
+    return holder.model, holder.ema
 
 
 def step_loss(trainer, batch) -> float:
     """One training step on `batch`; its loss per target token."""
     if hasattr(trainer, "updater"):  # revisions whose Trainer takes steps through an Updater
         trainer.updater.step([batch], batch.num_tgt_tokens, trainer.state)
+        trainer.updater.settle(trainer.state)  # the step's figures, from the device to the log
     else:
         result = trainer.train_step([batch])
         if isinstance(result, tuple):  # revisions whose step returned (loss, tokens)
             return result[0]
-    trainer.settle()  # the step's figures, read from the device into the log window
+        trainer.settle()
     return getattr(trainer, "state", trainer).window.losses.pop()
 
 

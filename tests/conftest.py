@@ -179,7 +179,7 @@ def take_steps(trainer, steps: int):
     order = trainer.batcher.epoch(trainer.state.epoch)
     for _ in range(steps):
         trainer.next_step(order)
-    trainer.settle()
+    trainer.updater.settle(trainer.state)
     return trainer
 
 

@@ -51,7 +51,8 @@ def train_records(run_dir) -> list[dict]:
 def test_steps_between_log_steps_never_wait_for_the_gpu(recipe_path, small_data, tmp_path,
                                                          precision):
     trainer = cuda_trainer(recipe_path, small_data, tmp_path, f"train.precision={precision}")
-    assert trainer.updater.defer_checks and trainer.ema is not None and trainer.cfg.clip_norm > 0
+    updater = trainer.updater
+    assert updater.defer_checks and updater.ema is not None and trainer.cfg.clip_norm > 0
     order = trainer.batcher.epoch(trainer.state.epoch)
     trainer.next_step(order)  # the first step sets up Adam's state (and the fp16 scale)
     while trainer.state.step < 3 * LOG_EVERY:
@@ -68,11 +69,11 @@ def test_a_nan_loss_on_cuda_is_skipped_on_the_device_and_counted_at_the_log(
     trainer = cuda_trainer(recipe_path, small_data, tmp_path, "train.precision=bf16")
     order = trainer.batcher.epoch(trainer.state.epoch)
     trainer.next_step(order)
-    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    before = {k: v.clone() for k, v in trainer.updater.model.state_dict().items()}
     poison_loss(trainer, {1})
     with no_host_sync():
         trainer.next_step(order)  # step 2: infinite loss
-    assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+    assert all(torch.equal(before[k], v) for k, v in trainer.updater.model.state_dict().items())
     assert trainer.state.step == 2 and trainer.state.bad_losses == 0  # counted, not yet read
     with no_host_sync():
         trainer.next_step(order)
@@ -149,10 +150,10 @@ def test_the_recorded_step_makes_the_eager_update_and_never_waits(recipe_path, s
     assert all(slots.graph is not None for slots in recorded.updater.graphs.slots.values())
     losses = [torch.stack([f.sums for f in t.updater.pending]).cpu() for t in (eager, recorded)]
     torch.testing.assert_close(losses[1], losses[0], rtol=1e-3, atol=0)
-    for name, weight in eager.model.state_dict().items():
+    for name, weight in eager.updater.model.state_dict().items():
         if name.endswith("k_proj.bias"):  # its gradient is rounding noise (see test_compile)
             continue
-        torch.testing.assert_close(recorded.model.state_dict()[name], weight, rtol=1e-3,
+        torch.testing.assert_close(recorded.updater.model.state_dict()[name], weight, rtol=1e-3,
                                    atol=1e-4, msg=lambda m: f"{name}: {m}")
 
 

@@ -80,7 +80,7 @@ def test_a_training_batch_gets_the_same_gradients(recipe_path, small_data, tmp_p
     """The tiny Transformer (output layer tied to the embeddings) on a real batch: the
     trainer's loss and every gradient, with and without chunks, to fp32 rounding."""
     trainer = trainer_for(recipe_path, small_data, tmp_path / "run")
-    model = trainer.model.train()
+    model = trainer.updater.model.train()
     assert model.output.weight is model.tgt_embed.tokens.weight
     batch = trainer.batcher.batch(trainer.batcher.epoch(trainer.state.epoch)[0])
     found = []
@@ -114,10 +114,11 @@ def test_training_with_chunks_logs_the_same_losses(recipe_path, small_data, tmp_
     losses = [[r["loss"] for r in read_jsonl(t.run_dir / "metrics.jsonl")] for t in runs]
     assert len(losses[0]) == 4 and losses[1] == pytest.approx(losses[0], rel=1e-5)
     lr = plain.cfg.lr * 4 / plain.cfg.warmup  # the largest step's learning rate
-    for (name, a), b in zip(plain.model.state_dict().items(),
-                            chunked.model.state_dict().values()):
+    for (name, a), b in zip(plain.updater.model.state_dict().items(),
+                            chunked.updater.model.state_dict().values()):
         torch.testing.assert_close(b, a, rtol=0, atol=4 * lr, msg=name)
-    dev = [dev_loss(t.model, t.validation.dev.pairs, 2000, t.device, "fp32", t.engine, t.cfg.loss_chunk)
+    dev = [dev_loss(t.updater.model, t.validation.dev.pairs, 2000, t.device, "fp32",
+                    t.validation.engine, t.cfg.loss_chunk)
            for t in runs]
     assert dev[1] == pytest.approx(dev[0], rel=1e-4)
 

@@ -244,5 +244,5 @@ def test_a_model_with_the_option_learns_real_data(key, value, recipe_path, small
     trainer.metrics.close()
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     losses = [r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"]
-    assert getattr(trainer.model.cfg, key) == value and len(losses) == 25
+    assert getattr(trainer.updater.model.cfg, key) == value and len(losses) == 25
     assert losses[0] > 6.5 and sum(losses[-5:]) / 5 < losses[0] - 1.0, losses

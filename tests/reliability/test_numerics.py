@@ -59,17 +59,17 @@ def snapshot(module):
 def test_a_nan_loss_skips_the_batch_without_touching_the_weights(monkeypatch, trainer, caplog):
     batch = first_batches(trainer)
     assert step(trainer, batch) is not None  # one real step: Adam has state now
-    before = snapshot(trainer.model)
+    before = snapshot(trainer.updater.model)
     adam = trainer.updater.optimizer.state_dict()["state"][0]["exp_avg"].clone()
     poison_loss(trainer, {1, 2})
     with caplog.at_level(logging.WARNING, logger="translate"):
         assert step(trainer, batch) is None
     assert "after step 1: inf loss" in caplog.text and "skipped (1 of at most 1)" in caplog.text
-    after = snapshot(trainer.model)
+    after = snapshot(trainer.updater.model)
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert torch.equal(trainer.updater.optimizer.state_dict()["state"][0]["exp_avg"], adam)
     assert trainer.state.step == 1
-    assert all(p.grad is None for p in trainer.model.parameters())
+    assert all(p.grad is None for p in trainer.updater.model.parameters())
     with pytest.raises(TrainingError, match=r"2 batches had a NaN/inf loss, over "
                                             r"train.max_bad_losses \(1\); stopping"):
         step(trainer, batch)
@@ -77,14 +77,14 @@ def test_a_nan_loss_skips_the_batch_without_touching_the_weights(monkeypatch, tr
 
 def test_fp16_overflow_is_skipped_by_the_grad_scaler(trainer):
     trainer.updater.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
-    trainer.model.output.weight.register_hook(lambda grad: grad * float("inf"))
-    before = snapshot(trainer.model)
+    trainer.updater.model.output.weight.register_hook(lambda grad: grad * float("inf"))
+    before = snapshot(trainer.updater.model)
     assert step(trainer, first_batches(trainer)) is not None
-    trainer.settle()
+    trainer.updater.settle(trainer.state)
     window = trainer.state.window
     assert window.losses[0] > 0 and window.tokens > 0  # the loss was fine;
     assert trainer.state.bad_losses == 0  # the gradient overflowed
-    after = snapshot(trainer.model)
+    after = snapshot(trainer.updater.model)
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert trainer.updater.scaler.get_scale() == 2.0**15  # backed off for the next step
 

@@ -52,7 +52,7 @@ def main(recipe: str, data: str, out: str, steps: int, accum: int, *overrides: s
     trainer.state.epoch = 1
     trainer.start = trainer.last_eval = time.perf_counter()
     trainer.bar = TrainingBar(cfg.train, enabled=False)
-    init = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    init = {k: v.clone() for k, v in trainer.updater.model.state_dict().items()}
     grads, lrs = {}, []
     how = os.environ.get("BREAK_GRADIENT_SUM")
     summed = broken_sum(how) if how else sum_gradients
@@ -60,7 +60,7 @@ def main(recipe: str, data: str, out: str, steps: int, accum: int, *overrides: s
     def sum_and_keep(parameters, world):  # the first step's gradients, summed, not yet clipped
         summed(parameters, world)
         if not grads:
-            grads.update({n: p.grad.clone() for n, p in trainer.model.named_parameters()})
+            grads.update({n: p.grad.clone() for n, p in trainer.updater.model.named_parameters()})
 
     update.sum_gradients = sum_and_keep
     trainer.updater.optimizer.register_step_pre_hook(
@@ -68,9 +68,10 @@ def main(recipe: str, data: str, out: str, steps: int, accum: int, *overrides: s
     batches = trainer.batcher.epoch(trainer.state.epoch)
     for _ in range(steps):
         trainer.next_step(batches)
-    trainer.settle()  # the steps' losses, read from the device into the log window
-    torch.save({"model": trainer.model.state_dict(), "init": init, "grads": grads, "lrs": lrs,
-                "losses": trainer.state.window.losses, "tokens": trainer.state.window.tokens,
+    trainer.updater.settle(trainer.state)  # the steps' losses, from the device into the window
+    torch.save({"model": trainer.updater.model.state_dict(), "init": init, "grads": grads,
+                "lrs": lrs, "losses": trainer.state.window.losses,
+                "tokens": trainer.state.window.tokens,
                 "position": trainer.state.position, "step": trainer.state.step,
                 "threads": torch.get_num_threads(),
                 "lr": trainer.updater.optimizer.param_groups[0]["lr"]},

@@ -43,17 +43,18 @@ def test_compiled_training_equals_eager_and_its_checkpoint_decodes(recipe_path, 
                                                                    tmp_path):
     eager = train_steps(recipe_path, small_data, tmp_path / "eager", compile_=False)
     compiled = train_steps(recipe_path, small_data, tmp_path / "compiled", compile_=True)
-    assert compiled.batch_loss.forward is not compiled.model
+    assert compiled.updater.batch_loss.forward is not compiled.updater.model
     assert len(logged_losses(compiled.run_dir)) == 4
     torch.testing.assert_close(logged_losses(compiled.run_dir), logged_losses(eager.run_dir),
                                rtol=1e-5, atol=0)
-    for name, weight in eager.model.state_dict().items():
+    for name, weight in eager.updater.model.state_dict().items():
         if name.endswith("k_proj.bias"):  # softmax ignores it: its gradient is rounding noise,
             continue  # which Adam scales up to steps of the learning rate's size
-        torch.testing.assert_close(compiled.model.state_dict()[name], weight, rtol=1e-4,
+        torch.testing.assert_close(compiled.updater.model.state_dict()[name], weight, rtol=1e-4,
                                    atol=1e-5, msg=lambda m: f"{name}: {m}")
     saved = torch.load(compiled.run_dir / "best.pt", weights_only=True)
-    assert saved["model"].keys() == saved["train_model"].keys() == eager.model.state_dict().keys()
+    assert (saved["model"].keys() == saved["train_model"].keys()
+            == eager.updater.model.state_dict().keys())
     result = CliRunner().invoke(main, ["decode", str(compiled.run_dir / "best.pt")],
                                 input="A man rides a bike.\nTwo dogs play in the snow.\n")
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output

@@ -46,8 +46,8 @@ def make_trainer(recipe_path, small_data, tmp_path):
 
 def state_of(trainer: Trainer) -> dict:
     """Weights, EMA, Adam's moments and step counts, and the learning rate, as plain tensors."""
-    state = {f"model.{k}": v.clone() for k, v in trainer.model.state_dict().items()}
-    state.update({f"ema.{k}": v.clone() for k, v in trainer.ema.state_dict().items()})
+    state = {f"model.{k}": v.clone() for k, v in trainer.updater.model.state_dict().items()}
+    state.update({f"ema.{k}": v.clone() for k, v in trainer.updater.ema.state_dict().items()})
     for i, moments in trainer.updater.optimizer.state_dict()["state"].items():
         state.update({f"adam.{i}.{k}": torch.as_tensor(v).clone() for k, v in moments.items()})
     lr = trainer.updater.optimizer.param_groups[0]["lr"]

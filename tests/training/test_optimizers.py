@@ -76,7 +76,7 @@ def test_both_optimizers_follow_the_schedule(recipe_path, small_data, tmp_path):
         trainer.next_step(order)
     # steps 1-3 warm up, step 4 decays: inverse_sqrt, the default
     assert ratios == pytest.approx([1 / 3, 1 / 3, 2 / 3, 1.0, (3 / 4) ** 0.5])
-    assert len(updater.muon.state) == len(muon_split(trainer.model)[0])  # momentum for each
+    assert len(updater.muon.state) == len(muon_split(trainer.updater.model)[0])  # momentum for each
 
 
 def test_a_checkpoint_of_the_other_optimizer_is_refused(recipe_path, small_data, tmp_path):

@@ -39,7 +39,7 @@ def test_the_plain_step_is_the_trainers_step(recipe_path, small_data, tmp_path, 
     for _ in range(2):
         lrs.append([o.param_groups[0]["lr"] for o in trainer.updater.optimizers])
         trainer.next_step(order)
-    trainer.settle()
+    trainer.updater.settle(trainer.state)
     trainer.metrics.close()
     logged = [r["loss"] for r in read_jsonl(trainer.run_dir / "metrics.jsonl")]
 
@@ -51,16 +51,16 @@ def test_the_plain_step_is_the_trainers_step(recipe_path, small_data, tmp_path, 
     # the schedule's rates, a function of the step (inverse_sqrt: the budget plays no part)
     assert lrs == [[peak * lr_scale(cfg, i, 0.0, None) for peak in textbook.updater.peaks]
                    for i in range(2)]
-    losses = [plain_step(textbook.model, textbook.batcher.batch(order[i]), optimizers, lrs[i],
-                         cfg.label_smoothing, cfg.clip_norm, precision)
+    losses = [plain_step(textbook.updater.model, textbook.batcher.batch(order[i]), optimizers,
+                         lrs[i], cfg.label_smoothing, cfg.clip_norm, precision)
               for i in range(2)]
     assert losses == pytest.approx(logged, rel=1e-12)
     assert all(optimizer.state for optimizer in optimizers)  # each took its steps
-    names = {id(p): n for n, p in textbook.model.named_parameters()}
-    ids = {n: id(p) for n, p in trainer.model.named_parameters()}
+    names = {id(p): n for n, p in textbook.updater.model.named_parameters()}
+    ids = {n: id(p) for n, p in trainer.updater.model.named_parameters()}
     for step, (theirs, ours) in enumerate(zip(seen, mine)):
         for pid, grad in ours.items():
             assert torch.equal(grad, theirs[ids[names[pid]]]), (step, names[pid])
-    for (name, weight), other in zip(trainer.model.state_dict().items(),
-                                     textbook.model.state_dict().values()):
+    for (name, weight), other in zip(trainer.updater.model.state_dict().items(),
+                                     textbook.updater.model.state_dict().values()):
         assert torch.equal(weight, other), name

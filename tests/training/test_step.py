@@ -39,8 +39,8 @@ def make_trainer(recipe_path, small_data, tmp_path):
 def skipping_on_device(trainer: Trainer) -> Trainer:
     """`trainer` as it runs on a GPU: fused AdamW, NaN/inf checks left on the device."""
     updater = trainer.updater
-    updater.optimizer = make_optimizer(trainer.model, trainer.cfg, fused=True)
-    trainer.engine.watch_optimizer(updater.optimizer)
+    updater.optimizer = make_optimizer(updater.model, trainer.cfg, fused=True)
+    trainer.validation.engine.watch_optimizer(updater.optimizer)  # the run's engine
     trainer.updater.defer_checks = True
     trainer.schedule(0.0)  # the first step's learning rate, into the new optimizer
     return trainer
@@ -51,7 +51,7 @@ def batches_of(trainer: Trainer, indices: list[list[int]]):
 
 
 def snapshot(trainer: Trainer) -> dict:
-    return {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    return {k: v.clone() for k, v in trainer.updater.model.state_dict().items()}
 
 
 def test_the_logged_loss_is_the_nll_per_target_token_of_the_steps_batches(make_trainer):
@@ -62,7 +62,7 @@ def test_the_logged_loss_is_the_nll_per_target_token_of_the_steps_batches(make_t
         nll = tokens = 0
         with torch.no_grad():
             for batch in batches_of(trainer, order[2 * step: 2 * step + 2]):
-                logits = trainer.model(batch.src, batch.tgt_in)  # (B, T, V); dropout is 0
+                logits = trainer.updater.model(batch.src, batch.tgt_in)  # (B, T, V); dropout is 0
                 nll += F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(),
                                        ignore_index=PAD, reduction="sum").item()
                 tokens += batch.num_tgt_tokens
@@ -111,10 +111,10 @@ def test_a_step_not_skipped_on_the_device_is_the_plain_step(make_trainer):
     order, start = trainer.batcher.epoch(trainer.state.epoch), snapshot(trainer)
     weights = []
     for defer in (True, False):
-        trainer.model.load_state_dict(start)
         updater = trainer.updater
-        updater.optimizer = make_optimizer(trainer.model, trainer.cfg, fused=True)
-        trainer.engine.watch_optimizer(updater.optimizer)
+        updater.model.load_state_dict(start)
+        updater.optimizer = make_optimizer(updater.model, trainer.cfg, fused=True)
+        trainer.validation.engine.watch_optimizer(updater.optimizer)
         # from step 0 again: the learning rate is a function of the step
         trainer.updater.defer_checks, trainer.state.position, trainer.state.step = defer, 0, 0
         trainer.schedule(0.0)
@@ -138,10 +138,11 @@ def test_the_fast_engines_packed_weights_follow_the_trainers_steps(make_trainer,
     for _ in range(2):
         trainer.next_step(order)
         with torch.no_grad():
-            fast = trainer.model.eval()(batch.src, batch.tgt_in)  # (B, T, V) from packed weights
+            # (B, T, V) from packed weights
+            fast = trainer.updater.model.eval()(batch.src, batch.tgt_in)
             tok = trainer.tokenizer
             plain = build_model(trainer.recipe.model, tok.src_vocab_size, tok.tgt_vocab_size,
                                 tok.joint)
-            plain.load_state_dict(trainer.model.state_dict())
+            plain.load_state_dict(trainer.updater.model.state_dict())
             torch.testing.assert_close(fast, plain.eval()(batch.src, batch.tgt_in),
                                        rtol=1e-4, atol=1e-4)

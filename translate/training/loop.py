@@ -21,7 +21,7 @@ from translate.training.optim import lr_scale, warmup_ended
 from translate.training.prepare import TrainingData
 from translate.training.progress import TrainingBar
 from translate.training.state import (TrainState, budget_used, out_of_budget, train_record,
-                                      validation_due)
+                                      valid_record, validation_due)
 from translate.training.update import Updater
 from translate.training.validation import Validation
 from translate.utils import rng_state, set_rng_state, stop_signals
@@ -47,11 +47,9 @@ class Trainer:
                  batcher: TrainBatcher, updater: Updater, validation: Validation,
                  progress: bool = True, world: World = World()):
         self.recipe, self.cfg, self.run_dir, self.metrics = recipe, recipe.train, run_dir, metrics
-        self.tokenizer, self.corpus_key, self.source = data.tokenizer, data.corpus_key, data.source
-        self.batcher, self.updater = batcher, updater
-        self.model, self.ema, self.device = updater.model, updater.ema, updater.batch_loss.device
+        self.tokenizer, self.corpus_key = data.tokenizer, data.corpus_key  # what checkpoints hold
+        self.batcher, self.updater, self.device = batcher, updater, updater.batch_loss.device
         self.validation, self.progress, self.world = validation, progress, world
-        self.engine, self.precision = validation.engine, validation.precision
         self.state = TrainState()
         self.last_eval_seconds = 0.0  # the last validation's, counted ahead against the budget
         self.run_id: str | None = None  # run.json's, written into every checkpoint
@@ -91,7 +89,7 @@ class Trainer:
         t0 = time.perf_counter()
         figures = self.updater.step(group, tokens, state)
         if figures is not None and state.step % cfg.log_every == 0:
-            self.settle()  # on a GPU this waits for the queued steps: their time counts
+            self.updater.settle(state)  # on a GPU: waits for the queued steps, whose time counts
         now = time.perf_counter()
         state.train_seconds += now - t0
         state.elapsed = now - self.start
@@ -114,17 +112,12 @@ class Trainer:
         return stop
 
     def schedule(self, used: float) -> None:
-        """Set the next step's learning rates (`Updater.set_lr`) from the steps taken and
-        `used`, the budget's fraction used so far: the schedule's `optim.lr_scale`, which also
-        reads when warm-up ended, a fraction the state records (`optim.warmup_ended`) and a
-        checkpoint saves."""
+        """Set the next step's learning rates (`Updater.set_lr`): the schedule's `optim.lr_scale`
+        of the steps taken, `used` (the budget's fraction used so far) and when warm-up ended,
+        a fraction the state records (`optim.warmup_ended`) and a checkpoint saves."""
         state = self.state
         state.warmup_end = warmup_ended(self.cfg, state.step, used, state.warmup_end)
         self.updater.set_lr(lr_scale(self.cfg, state.step, used, state.warmup_end))
-
-    def settle(self) -> None:
-        """Read the pending steps' figures into the log window (`Updater.settle`)."""
-        self.updater.settle(self.state)
 
     def end_epoch(self) -> bool:
         """Start the next epoch's order; validate and return True when max_epochs are done."""
@@ -142,32 +135,28 @@ class Trainer:
         state.window.seconds += seconds
         if state.step % self.cfg.log_every or not state.window.losses:
             return
-        lr = self.updater.lr  # the rate the step just taken used (the next is set after it)
-        record = train_record(state, lr, self.world.size)
+        record = train_record(state, self.updater.lr, self.world.size)  # the step's own rate
         self.metrics.write(record)
-        self.bar.show(loss=f"{record['loss']:.3f}", lr=f"{lr:.2e}",
+        self.bar.show(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
                       tok_s=f"{record['tok_per_s']:.0f}", ep=state.epoch)
         state.window = LogWindow()
 
     def validate(self) -> bool:
         """Score the dev set, log it, save checkpoints; return True when patience runs out.
         Across processes rank 0 validates alone (the weights are the same on every rank)."""
-        self.settle()
+        self.updater.settle(self.state)
         if not self.world.is_main:
             return False
         state = self.state
         losses, bleus = self.validation(self.updater.eval_model, state.best_bleu)
         bleu, probed = bleus["dev_bleu"], bleus.get("dev_bleu_sentences")
         improved = bleu > state.best_bleu
-        self.metrics.write({"kind": "valid", "step": state.step, "epoch": state.epoch, **losses,
-                            "best": improved, "elapsed": state.elapsed,
-                            "train_seconds": state.train_seconds, **bleus})
+        self.metrics.write(valid_record(state, losses, bleus, improved))
         log.info("step %d: dev loss %.3f, dev BLEU %.2f%s%s, %.1f min", state.step,
                  losses["dev_loss"], bleu, f" (first {probed} sentences)" if probed else "",
                  " (best)" if improved else "", state.elapsed / 60)
         # Counters first, so the checkpoints hold them; the one --resume takes last, so a crash
-        # before it validates again. best.pt and step_N.pt are files of their own (a clone or a
-        # copy): a write to one never changes the other.
+        # before it validates again. best.pt and step_N.pt never share a file (clone or copy).
         state.bad_evals = 0 if improved else state.bad_evals + 1
         state.best_bleu = max(bleu, state.best_bleu)
         weights_only, step = self.cfg.step_checkpoints == "weights", f"step_{state.step}.pt"
@@ -183,7 +172,7 @@ class Trainer:
         """Write checkpoint `name` into the run folder (rank 0 alone) and return its path: the
         weights and the training state, or with `weights_only` the weights alone."""
         path, state = self.run_dir / name, self.state
-        self.settle()  # the checkpoint holds the log window and the bad-loss count
+        self.updater.settle(state)  # the checkpoint holds the log window and the bad-loss count
         if not self.world.is_main:
             return path
         kept = {**self.updater.weights(), "weights_only": True} if weights_only else {

@@ -23,6 +23,7 @@ from translate.training.graphs import check_recipe
 from translate.training.build import build_trainer, training_device, training_precision
 from translate.training.loop import Interrupted, Trainer
 from translate.training.prepare import prepare_data
+from translate.training.validation import Validation
 from translate.utils import first_line
 
 log = logging.getLogger(__name__)
@@ -78,8 +79,9 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
             raise
         if not world.is_main:  # rank 0 scores the test splits and reports
             return TrainResult(run_dir, run_dir / "best.pt", -1, steps, -1.0, main=False)
-        best = load_checkpoint(run_dir / "best.pt", trainer.device)
-        scores = test_scores(best, trainer, progress)
+        validation = trainer.validation  # the run's device, precision, engine and data
+        best = load_checkpoint(run_dir / "best.pt", validation.device)
+        scores = test_scores(best, validation, run_dir, trainer.metrics, progress)
         result = TrainResult(run_dir, run_dir / "best.pt", best.step, steps,
                              trainer.state.best_bleu, scores)
         log.info("%s", summary(result))
@@ -152,30 +154,31 @@ def _say_world_change(before: object, now: int, accum: int) -> None:
                 "them", before, now, accum * now, accum * before, now / before, launch)
 
 
-def test_scores(best: Loaded, trainer: Trainer, progress: bool) -> dict:
-    """Translate each test split with the best checkpoint, write `<split>.hyp.<lang>` into the
-    run folder, log the scores and return them. The model decodes as `translate evaluate`
-    decodes it (`Ready.prepare`: the recipe's precision resolved for decoding), so both give the
-    same scores."""
-    recipe, run_dir = trainer.recipe, trainer.run_dir
-    ready = Ready.prepare(best.model, best.tokenizer, trainer.device, recipe.train.precision,
-                          trainer.engine, best.recipe, best.step)
+def test_scores(best: Loaded, validation: Validation, run_dir: Path, metrics: MetricsLog,
+                progress: bool) -> dict:
+    """Translate each test split with the best checkpoint, write `<split>.hyp.<lang>` into
+    `run_dir`, log the scores into `metrics` and return them. The model decodes on the run's
+    device with its engine, as `validation` does, and as `translate evaluate` decodes it
+    (`Ready.prepare`: the recipe's precision resolved for decoding), so both give the same
+    scores; the splits are read from the run's data (`validation.source`)."""
+    recipe, trained_in = validation.recipe, validation.precision
+    ready = Ready.prepare(best.model, best.tokenizer, validation.device, recipe.train.precision,
+                          validation.engine, best.recipe, best.step)
     precision = ready.precision
-    if precision != trainer.precision and recipe.data.test_splits:
+    if precision != trained_in and recipe.data.test_splits:
         log.info("test decode in %s, training ran in %s: precision %s picks each on its own "
                  "(here %s decodes faster); --precision %s decodes as trained", precision,
-                 trainer.precision, recipe.train.precision, precision, trainer.precision)
+                 trained_in, recipe.train.precision, precision, trained_in)
     results = {}
     for split in recipe.data.test_splits:
-        src, ref = load_split(trainer.source, split)
+        src, ref = load_split(validation.source, split)
         result = evaluate_split(ready, src, ref, recipe.decode, recipe.data.tgt_lang, progress)
         (run_dir / f"{split}.hyp.{recipe.data.tgt_lang}").write_text(
             "".join(h + "\n" for h in result.hypotheses), encoding="utf-8")
         scores = results[split] = result.scores
-        trainer.metrics.write({"kind": "test", "step": best.step, "split": split,
-                               "bleu": scores.bleu, "chrf": scores.chrf,
-                               "legacy_bleu": scores.legacy_bleu,
-                               "bleu_signature": scores.bleu_signature})
+        metrics.write({"kind": "test", "step": best.step, "split": split, "bleu": scores.bleu,
+                       "chrf": scores.chrf, "legacy_bleu": scores.legacy_bleu,
+                       "bleu_signature": scores.bleu_signature})
     return results
 
 

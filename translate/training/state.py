@@ -85,3 +85,11 @@ def train_record(state: TrainState, lr: float, world_size: int) -> dict:
             "tok_per_s": w.tokens / max(w.seconds, 1e-9), "elapsed": state.elapsed,
             "train_seconds": state.train_seconds, "world_size": world_size,
             "step_tokens": w.tokens / len(w.losses)}  # target tokens per step, all ranks
+
+
+def valid_record(state: TrainState, losses: dict, bleus: dict, improved: bool) -> dict:
+    """The metrics log's valid record: a validation's dev loss and BLEUs (`improved`: the best
+    dev BLEU so far), at the state it was taken in."""
+    return {"kind": "valid", "step": state.step, "epoch": state.epoch, **losses,
+            "best": improved, "elapsed": state.elapsed, "train_seconds": state.train_seconds,
+            **bleus}
