@@ -1,5 +1,44 @@
 """translate: encoder-decoder machine translation in PyTorch.
 
+The package, a line a file or subpackage, each layer above the ones it may import (setup.cfg's
+[importlinter] contracts, which tests/test_layers.py checks):
+
+    __main__.py      `python -m translate`: the command below
+    cli.py           the `translate` command: each command parses, then calls one function
+    cli_errors.py    how a command fails: one `Error:` line, once across torchrun's ranks
+    cli_options.py   options several commands share, and parameter types
+    serve/           `translate serve`: the server, its batcher and its page
+    api.py           the Python API: `Translator`, a trained model loaded once
+    analysis/        comparison reports, attention maps, beam sweeps, time to quality, figures
+    training/        `train()`: a recipe in, a run folder out
+    export/          `translate export`: inference, CTranslate2 and transformers folders
+    averaging.py     `translate average`: the mean of a run's last step checkpoints
+    evaluation.py    decode a split and score it, written once for every caller
+    decode_io.py     `translate decode`'s input and output: lines in, translations out
+    run_folder.py    a run folder's identity (run.json), claiming it, its lock
+    inference.py     raw sentences in, translations out: batched, n-best with scores
+    ready.py         a model made ready to decode: its device, precision and engine, set once
+    checkpoint.py    self-describing checkpoints, and the model built from one
+    scoring.py       sacreBLEU and chrF with signatures, legacy BLEU, paired bootstrap
+    metrics.py       the run's metrics log (metrics.jsonl), mirrored to TensorBoard
+    data/            the data path, a module a step: read, clean, encode, cache, batch
+    tokenizer.py     SentencePiece: train on the training split, save, encode
+    model_folder.py  the exported model folder, read as a checkpoint
+    config/          recipes: frozen dataclasses loaded strictly from YAML
+    engine.py        the engines (textbook, plain, fast, gpu), applied once where a run is set up
+    fast/            the fast engine: the CPU speed work, applied to a built model
+    gpu/             the gpu engine's searches and the chunked loss
+    search.py        greedy and beam search over any model of the seq2seq interface
+    loss.py          label-smoothed cross-entropy
+    models/          the textbook: attention, the Transformer, the RNN, their interface
+    tokens.py        the special token ids
+    utils.py         small helpers: logging, seeding and random states, stop signals, atomic
+                     writes
+    hardware.py      the machine: the device, the precisions, what the CPU offers
+    yaml_limits.py   YAML read with bounded work
+    paths.py         data paths written relative to a folder and read back from it
+    files.py         files opened only when they are what they should be, compared by identity
+
 The names below load on first use, so that importing one light module (as the encoding worker
 processes do with `translate.data.encode`) does not import torch and the models.
 """

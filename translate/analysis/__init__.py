@@ -6,4 +6,5 @@
     plots.py       learning curves, bar charts and heatmaps (matplotlib)
     reach.py       time to quality: when a run first reached a dev BLEU
     report.py      the Markdown report and its findings, from results.json's dict
+    seeds.py       several seeds of one recipe: each score's mean, spread and range
 """

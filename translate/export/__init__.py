@@ -13,6 +13,11 @@ kept them. The peer formats (ctranslate2, hf) refuse, in one line, a Transformer
 their converters do not write (`peer.UNCONVERTED`: rope positions, qk_norm); inference holds any.
 The folder is written under a temporary name and renamed into place whole, so a failed export
 leaves nothing behind.
+
+    __init__.py  export(): the formats, their checks, the folder written whole
+    ct2.py       the CTranslate2 conversion, and decoding its folder as ours
+    hf.py        the transformers Pegasus conversion and its fast tokenizer
+    peer.py      ExportError, and the models the peer formats' converters take
 """
 
 from __future__ import annotations

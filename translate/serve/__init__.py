@@ -1,8 +1,10 @@
 """`translate serve`: an ASGI server (Starlette, uvicorn) and a page that shows attention.
 
-app.py holds the routes, reading.py the checks of a request's body and fields, batching.py the
-batcher that decodes requests from many clients together, server.py the command's loading and
-listening, page/ the web page.
+app.py holds the routes, reading.py the checks of a request's body and fields,
+attention_json.py the /attention answer's JSON, batching.py the batcher that decodes requests
+from many clients together, connections.py the connections that cannot starve the server
+(deadlines, a cap, a quiet accept-error log), server.py the command's loading and listening,
+page/ the web page.
 Needs the `serve` extra: `pip install -e ".[serve]"` in a clone (Starlette, uvicorn, httpx).
 """
 

@@ -7,11 +7,14 @@
     state.py        TrainState: the counters a checkpoint saves; the budget and its triggers
     step.py         plain_step(): one training step as the textbook writes it
     update.py       Updater: that step with a real run's bookkeeping (fp16, NaN checks, ranks)
+    batch_loss.py   BatchLoss: a batch's forward and loss, for the step and the dev loss
     batches.py      TrainBatcher: each epoch's order of batches, each batch's tensors
     optim.py        AdamW (and Muon), the learning-rate schedules, the weight average (EMA)
+    distributed.py  training across processes (torchrun): ranks, shares, sums, failures agreed
     compilation.py  train.compile: the engine it takes, torch.compile once it is known to work
     graphs.py       train.cuda_graphs: the whole step recorded as a CUDA graph per batch shape
     validation.py   dev loss and BLEU
+    progress.py     TrainingBar: the progress bar, by steps or by the time budget
     checkpoints.py  which checkpoint a run resumes from, and whether it may; the disk checked first
     seeds.py        train_seeds(): one recipe trained once per seed, a run folder each
 """
