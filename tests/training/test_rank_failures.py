@@ -17,8 +17,8 @@ from test_distributed import (assert_resumed_as_straight, free_port, process_env
                               torchrun, train_losses)
 from translate.checkpoint import read_checkpoint
 from translate.config import ConfigError
-from translate.training.distributed import (RankFailed, World, settle, timeout_seconds,
-                                            together)
+from translate.training.distributed import (RankFailed, World, raise_any_failure,
+                                            timeout_seconds, together)
 
 REPO = Path(__file__).resolve().parents[2]
 FAULTY = Path(__file__).resolve().with_name("faulty_rank.py")
@@ -197,7 +197,7 @@ def test_a_lone_process_keeps_its_own_error():
     with pytest.raises(KeyError):
         with together(World()):
             raise KeyError("x")
-    settle(None, World())  # nothing failed: nothing to agree on
+    raise_any_failure(None, World())  # nothing failed: nothing to agree on
 
 
 def test_a_failure_names_the_rank_unless_it_is_rank_0():

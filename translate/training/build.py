@@ -1,5 +1,5 @@
 """`build_trainer`: a recipe and its prepared data in, a `Trainer` ready to `run()` out — the
-device, precision and threads settled, the seed set, the engine chosen, the model, its weight
+device, precision and threads set up, the seed set, the engine chosen, the model, its weight
 average, optimizers and loss scaler built.
 
 Training resolves its device (`training_device`), precision (`training_precision`) and engine
@@ -44,7 +44,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, data: TrainingData, metrics: Me
     `metrics`; `world`: the processes training together."""
     cfg = recipe.train
     device = training_device(device)
-    precision = settle_device(recipe, device, world)
+    precision = set_up_device(recipe, device, world)
     seed_everything(cfg.seed)
     engine = resolve_engine(engine_name(cfg), device)
     batcher = train_batcher(recipe, data.tokenizer, data.train, world)
@@ -81,9 +81,9 @@ def training_precision(cfg: TrainConfig, device: torch.device) -> str:
     return precision
 
 
-def settle_device(recipe: Recipe, device: torch.device, world: World) -> str:
-    """The precision training runs in, once the recipe is known to suit it; the CPU threads and
-    allocator set as the recipe says."""
+def set_up_device(recipe: Recipe, device: torch.device, world: World) -> str:
+    """Check that the recipe suits `device` and its precision, set the CPU threads and allocator
+    as the recipe says, and return the precision training runs in."""
     cfg = recipe.train
     precision = training_precision(cfg, device)
     if cfg.compile and cfg.loss_chunk:

@@ -216,11 +216,11 @@ def from_main(value: T, world: World) -> T:
     """Rank 0's `value` (any picklable object), on every rank.
 
     Inside a `together` block a rank may have failed before this point and be waiting in the
-    block's agreement instead: so ranks first agree that none has (`settle`).
+    block's agreement instead: so ranks first agree that none has (`raise_any_failure`).
     """
     if world.size == 1:
         return value
-    settle(None, world)
+    raise_any_failure(None, world)
     box = [value if world.is_main else None]
     with _collective():
         dist.broadcast_object_list(box, src=0)
@@ -241,9 +241,10 @@ def main_first(work: Callable[[], T], world: World) -> T:
     return result if world.is_main else work()
 
 
-def settle(error: Optional[BaseException], world: World) -> None:
+def raise_any_failure(error: Optional[BaseException], world: World) -> None:
     """Every rank says whether it failed (`error`); when some rank did, raise `RankFailed` with
-    the lowest failing rank's message (its first line) on every rank."""
+    the lowest failing rank's message (its first line) on every rank. A lone process raises its
+    own `error`, if any."""
     if world.size == 1:
         if error is not None:
             raise error
@@ -266,5 +267,5 @@ def together(world: World) -> Iterator[None]:
     except (RankFailed, LostRank):
         raise  # agreed inside the block, by from_main; or no agreement can be had
     except Exception as error:
-        settle(error, world)
-    settle(None, world)
+        raise_any_failure(error, world)
+    raise_any_failure(None, world)
