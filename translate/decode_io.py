@@ -142,7 +142,10 @@ def chunks(stream: BinaryIO, name: str, size: int) -> Iterator[list[str]]:
 
 
 def read_lines(path: str) -> list[str]:
-    """All lines of a file (or stdin for -), with the same checks as `decode`'s input."""
+    """All lines of a file (or stdin for -), with the same checks as `decode`'s input: a
+    missing file, a folder or a byte that is not UTF-8 (its line named) is a DataError. The one
+    whole-file line reader (`translate evaluate --hyp --ref` reads with it); the data path
+    streams its lines (`data.read.iter_lines`)."""
     with open_input(path) as stream:
         return list(iter_lines(stream, "stdin" if path == "-" else path))
 

@@ -223,12 +223,6 @@ def _file_identity(path: Path) -> dict:
     return {"name": path.name, "size": path.stat().st_size, "sha256": digest}
 
 
-def read_lines(path: Path) -> list[str]:
-    """Read a UTF-8 text file as lines, naming the file and line of any invalid byte."""
-    with open(path, "rb") as f:
-        return list(iter_lines(f, str(path)))
-
-
 def iter_lines(stream: BinaryIO, name: str) -> Iterator[str]:
     """Lines of a binary stream as text, one at a time, naming the line of any invalid byte."""
     for number, raw in enumerate(stream, 1):
