@@ -240,5 +240,5 @@ def fuses_projections(attn: nn.Module, fuse_qkv: bool) -> bool:
     int8 copy's joined layer (its quantized Q, K, V layers cannot be joined at each call)."""
     plain = all(isinstance(getattr(attn, name), nn.Linear)
                 for name in ("q_proj", "k_proj", "v_proj"))
-    joined = "qkv_int8" in attn._modules or "kv_int8" in attn._modules
+    joined = any(name in ("qkv_int8", "kv_int8") for name, _ in attn.named_children())
     return fuse_qkv and (plain or joined)

@@ -45,9 +45,8 @@ class PackedWeights:
 
     def get(self, layers: Sequence[nn.Linear], pack: bool = True,
             dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        # the layers' own parameter dicts: `layer.weight` goes through nn.Module.__getattr__
         key = (tuple((t.data_ptr(), t._version) for layer in layers
-                     for t in layer._parameters.values() if t is not None), pack, dtype)
+                     for t in (layer.weight, layer.bias) if t is not None), pack, dtype)
         if key != self.key:
             weight = torch.cat([layer.weight.detach() for layer in layers]).to(dtype).contiguous()
             self.weight = torch.ops.mkldnn._reorder_linear_weight(weight) if pack else weight

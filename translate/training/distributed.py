@@ -185,11 +185,11 @@ def sum_gradients(parameters: Iterable[nn.Parameter], world: World) -> None:
         return
     params = [p for p in parameters if p.requires_grad]
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch._utils._flatten_dense_tensors(grads)
+    flat = torch.cat([grad.reshape(-1) for grad in grads])  # one buffer, one all-reduce
     with _collective():
         dist.all_reduce(flat)
-    for param, summed in zip(params, torch._utils._unflatten_dense_tensors(flat, grads)):
-        param.grad = summed
+    for param, grad, summed in zip(params, grads, flat.split([g.numel() for g in grads])):
+        param.grad = summed.view_as(grad)  # views of the summed buffer
 
 
 def agree(flags: Sequence[bool], world: World) -> list[bool]:

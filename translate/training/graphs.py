@@ -155,7 +155,7 @@ class StepGraphs:
         step_unless(self.optimizer, bad)
         self.optimizer.zero_grad(set_to_none=True)
         if self.ema_params:
-            with torch.no_grad():
+            with torch.no_grad():  # optim.update_ema's lerp, by a tensor each replay reads
                 torch._foreach_lerp_(self.ema_params, self.params,
                                      [self.ema_weight] * len(self.params))
         return torch.stack([t.detach().to(self.figure_dtype) for t in (nll, bad, loss)])

@@ -167,8 +167,9 @@ def _lr_dtype(device: torch.device) -> torch.dtype:
 
 
 def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether `step_unless` can skip the optimizer's step on the device (the fused kernels)."""
-    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+    """Whether `step_unless` can skip the optimizer's step on the device: one built with
+    `fused=True`, whose kernels read the skip flag (AdamW's; Muon has no fused kernel)."""
+    return bool(optimizer.defaults.get("fused"))
 
 
 def step_unless(optimizer: torch.optim.Optimizer, skip: torch.Tensor) -> None:
@@ -196,8 +197,9 @@ def update_ema(ema: nn.Module, model: nn.Module, decay: float, step: int) -> Non
     The ramp keeps the average from dragging early, near-random weights along: its window,
     1 / (1 - d), grows with training (about step / 9) until it reaches 1 / (1 - decay).
     """
-    torch._foreach_lerp_(list(ema.parameters()), list(model.parameters()),
-                         1 - ema_decay(decay, step))
+    # PyTorch's EMA update (torch.optim.swa_utils): one multi-tensor lerp by 1 - d
+    average = torch.optim.swa_utils.get_ema_multi_avg_fn(ema_decay(decay, step))
+    average(list(ema.parameters()), list(model.parameters()), None)
 
 
 def ema_decay(decay: float, step: int) -> float:
