@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import untrained_model
+from conftest import untrained_model, with_weights
 from translate.checkpoint import load_checkpoint
 from translate.config import TrainConfig
 from translate.engine import FAST, PLAIN, fast_engine, resolve_engine
@@ -192,8 +192,8 @@ def test_the_attention_options_run_in_the_fast_engine_as_in_the_textbook(options
     for name, attn in plain.named_modules():
         if isinstance(attn, MultiHeadAttention) and attn.role != "cross-attention":
             with torch.no_grad():
-                theirs = attn(x, causal=True, need_weights=True)[1]
-                mine = fast.get_submodule(name)(x, causal=True, need_weights=True)[1]
+                _, theirs = with_weights(attn, x, causal=True)
+                _, mine = with_weights(fast.get_submodule(name), x, causal=True)
             torch.testing.assert_close(mine, theirs, atol=1e-6, rtol=1e-5)
     loss, nll, grads = training_step(PLAIN, plain, batch)
     fast_loss, fast_nll, fast_grads = training_step(engine, plain, batch)
@@ -222,9 +222,9 @@ def test_beams_sharing_a_memory_row_equal_a_copied_memory(T):
     x = torch.randn(2 * beam, T, 32)
     copied = torch.arange(2).repeat_interleave(beam)  # (6,) each row's sentence
     with torch.no_grad():
-        out, weights = attn(x, context=memory, mask=mask, need_weights=True)
-        ref, ref_weights = plain.decoder_layers[0].cross_attn(
-            x, context=memory[copied], mask=mask[copied], need_weights=True)
+        out, weights = with_weights(attn, x, context=memory, mask=mask)
+        ref, ref_weights = with_weights(plain.decoder_layers[0].cross_attn, x,
+                                        context=memory[copied], mask=mask[copied])
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
     assert weights[:beam, :, :, 3:].abs().max() == 0  # the first sentence's padding

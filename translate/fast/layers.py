@@ -78,15 +78,16 @@ class GroupedAdditiveAttention(AdditiveAttention):
     (a sentence's beams) attends to one row, which is neither copied nor projected again."""
 
     def forward(self, query: torch.Tensor, projected_keys: torch.Tensor, values: torch.Tensor,
-                mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                mask: torch.Tensor) -> torch.Tensor:
         Bc, S, A = projected_keys.shape
         query = self.query_proj(query).view(Bc, -1, 1, A)  # (Bc, G, 1, A)
         hidden = torch.tanh(projected_keys[:, None] + query)  # (Bc, G, S, A)
         energies = self.score(hidden).squeeze(-1)  # (Bc, G, S)
         energies = energies.masked_fill(~mask[:, None], float("-inf"))
         weights = torch.softmax(energies.float(), dim=-1).to(values.dtype)  # (Bc, G, S)
-        context = torch.bmm(weights, values).flatten(0, 1)  # (B, Dv)
-        return context, weights.flatten(0, 1)  # (B, Dv), (B, S)
+        if self.record_weights is not None:
+            self.record_weights(weights.flatten(0, 1))  # (B, S)
+        return torch.bmm(weights, values).flatten(0, 1)  # (B, Dv)
 
 
 class FusedFeedForward(FeedForward):

@@ -231,7 +231,7 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
-        x = x + self.dropout(self.self_attn(self.norm1(x), mask=src_mask)[0])
+        x = x + self.dropout(self.self_attn(self.norm1(x), mask=src_mask))
         x = x + self.dropout(self.ffn(self.norm2(x)))
         return x  # (B, S, D)
 
@@ -252,9 +252,9 @@ class DecoderLayer(nn.Module):
 
     def forward(self, y: torch.Tensor, memory: Memory, self_cache: KVCache,
                 cross_cache: KVCache) -> torch.Tensor:
-        y = y + self.dropout(self.self_attn(self.norm1(y), causal=True, cache=self_cache)[0])
+        y = y + self.dropout(self.self_attn(self.norm1(y), causal=True, cache=self_cache))
         y = y + self.dropout(self.cross_attn(self.norm2(y), context=memory.states,
-                                             mask=memory.src_mask, cache=cross_cache)[0])
+                                             mask=memory.src_mask, cache=cross_cache))
         y = y + self.dropout(self.ffn(self.norm3(y)))
         return y  # (B, T, D)
 
