@@ -91,6 +91,30 @@ def test_fast_search_finds_what_plain_search_finds(arch):
         assert [h.logprob for h in hs] == pytest.approx([t.logprob for t in ts], abs=1e-4)
 
 
+@pytest.mark.parametrize("arch", ["transformer", "rnn"])
+def test_a_state_keeps_the_memory_rows_of_the_sentences_whose_rows_it_keeps(arch):
+    """`state.select(rows)` once some sentences are done: `rows` holds every hypothesis of each
+    sentence kept. The fast states, one memory row per sentence, find those sentences from the
+    rows, and their next step gives what the textbook's, a memory row per hypothesis, gives."""
+    plain, fast = pair(arch)
+    src, K = sources(), 3  # 5 sentences, 3 beams each after the first step
+    keep = torch.tensor([0, 2, 3])  # sentences 1 and 4 are done
+    rows = (keep[:, None] * K + torch.arange(K)).view(-1)  # (9,) their hypotheses
+    tokens = torch.randint(4, V, (5 * K, 1), generator=torch.Generator().manual_seed(3))
+    logits, memory_rows = [], []
+    with torch.no_grad():
+        for model in (plain, fast):
+            state = model.init_state(model.encode(src))
+            _, state = model.decode(tokens[::K], state)  # a row per sentence
+            state = state.reorder_beams(torch.arange(5).repeat_interleave(K))  # K beams each
+            _, state = model.decode(tokens, state)  # (15, 1, V)
+            state = state.select(rows)
+            memory_rows.append(len(state.memory.states))
+            logits.append(model.decode(tokens[rows], state)[0])  # (9, 1, V)
+    assert memory_rows == [len(rows), len(keep)]
+    torch.testing.assert_close(logits[1], logits[0], atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("run", ["trained_run", "trained_rnn_run"])
 def test_fast_and_plain_translate_real_data_alike(run, request, small_data):
     loaded = load_checkpoint(request.getfixturevalue(run).run_dir)

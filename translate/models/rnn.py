@@ -139,8 +139,9 @@ class RNNState:
         cell = None if self.cell is None else self.cell.index_select(0, rows)
         return RNNState(self.hidden.index_select(0, rows), self.memory.index_select(rows), cell)
 
-    def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> "RNNState":
-        """Keep the hypotheses in `rows` (every part of this state is a row per hypothesis)."""
+    def select(self, rows: torch.Tensor) -> "RNNState":
+        """Keep the hypotheses in `rows` alone: search drops the sentences that are done (every
+        part of this state is a row per hypothesis)."""
         return self.reorder_beams(rows)
 
 

@@ -136,8 +136,9 @@ class DecoderState:
                             [c.index_select(rows) for c in self.self_attn],
                             [c.index_select(rows) for c in self.cross_attn], self.offset)
 
-    def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> "DecoderState":
-        """Keep the hypotheses in `rows` (every part of this state is a row per hypothesis)."""
+    def select(self, rows: torch.Tensor) -> "DecoderState":
+        """Keep the hypotheses in `rows` alone: search drops the sentences that are done (every
+        part of this state is a row per hypothesis)."""
         return self.reorder_beams(rows)
 
 
