@@ -133,9 +133,8 @@ def residual_figure(model, batches: list[torch.Tensor], tgt: list[torch.Tensor],
     sums: dict[tuple[str, int, str], list[float]] = {}
     hooks = []
 
-    def keep(key, module, args, output):
+    def keep(key, module, args, update):
         stream = module_inputs[key[:2]]
-        update = output[0] if isinstance(output, tuple) else output
         sums.setdefault(key, []).append(float(update.norm(dim=-1).mean() /
                                               stream.norm(dim=-1).mean()))
 

@@ -107,6 +107,18 @@ def untrained_model(data: Path, layers: int = 1, overrides: tuple[str, ...] = ()
     return cfg, tokenizer, model
 
 
+def with_weights(attn: torch.nn.Module, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """One call of an attention module: its output, and the weights it attended with, as
+    `translate.analysis.attention.record_attention` records them: (B, H, T, S) for
+    MultiHeadAttention, (B, 1, S) for AdditiveAttention."""
+    from translate.analysis.attention import record_attention
+
+    with record_attention(attn) as recorded:
+        out = attn(*args, **kwargs)
+    [(weights,)] = recorded.values()  # one module, called once
+    return out, weights
+
+
 @pytest.fixture(scope="session")
 def small_data(tmp_path_factory) -> Path:
     """A copy of the committed sample: 2000 usable train pairs (and 2 broken ones), 100-pair

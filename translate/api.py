@@ -45,9 +45,9 @@ class Translator:
 
     One Translator may be shared between threads: the calls that run the model (`translate`,
     `attention`) take turns on a lock, since they share its modules, its engine's caches (packed
-    weights) and, while `attention` records, hooks on every attention module. Each call returns
-    what it would alone; calls run one at a time (each uses PyTorch's threads), `score` in
-    parallel. Translators built from one `Ready` share its model and not the lock: load one
+    weights) and, while `attention` records, a listener on every attention module. Each call
+    returns what it would alone; calls run one at a time (each uses PyTorch's threads), `score`
+    in parallel. Translators built from one `Ready` share its model and not the lock: load one
     per Translator.
     """
 

@@ -121,7 +121,7 @@ def greedy_search(model: Seq2Seq, src: torch.Tensor, max_len: int | torch.Tensor
         if use_cache:  # ended sentences leave the batch, as in beam search
             keep = (~ended).nonzero().squeeze(1)  # (live',)
             live, tokens, ended = live[keep], tokens[keep], ended[keep]
-            state = state.select(keep, keep)
+            state = state.select(keep)
     return out
 
 
@@ -259,4 +259,4 @@ def _drop_done(state, beams: Beams, done: list[bool], K: int):
     rows = (live[:, None] * K + torch.arange(K, device=device)).view(-1)  # (live' * K,)
     beams = Beams(beams.tokens[rows], beams.scores[live], [beams.sentence[i] for i in keep],
                   beams.finished)
-    return state.select(rows, live), beams
+    return state.select(rows), beams

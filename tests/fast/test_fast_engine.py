@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import untrained_model
+from conftest import untrained_model, with_weights
 from translate.checkpoint import load_checkpoint
 from translate.config import TrainConfig
 from translate.engine import FAST, PLAIN, fast_engine, resolve_engine
@@ -89,6 +89,30 @@ def test_fast_search_finds_what_plain_search_finds(arch):
     assert [[h.tokens for h in hs] for hs in ours] == [[h.tokens for h in hs] for hs in theirs]
     for hs, ts in zip(ours, theirs):
         assert [h.logprob for h in hs] == pytest.approx([t.logprob for t in ts], abs=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["transformer", "rnn"])
+def test_a_state_keeps_the_memory_rows_of_the_sentences_whose_rows_it_keeps(arch):
+    """`state.select(rows)` once some sentences are done: `rows` holds every hypothesis of each
+    sentence kept. The fast states, one memory row per sentence, find those sentences from the
+    rows, and their next step gives what the textbook's, a memory row per hypothesis, gives."""
+    plain, fast = pair(arch)
+    src, K = sources(), 3  # 5 sentences, 3 beams each after the first step
+    keep = torch.tensor([0, 2, 3])  # sentences 1 and 4 are done
+    rows = (keep[:, None] * K + torch.arange(K)).view(-1)  # (9,) their hypotheses
+    tokens = torch.randint(4, V, (5 * K, 1), generator=torch.Generator().manual_seed(3))
+    logits, memory_rows = [], []
+    with torch.no_grad():
+        for model in (plain, fast):
+            state = model.init_state(model.encode(src))
+            _, state = model.decode(tokens[::K], state)  # a row per sentence
+            state = state.reorder_beams(torch.arange(5).repeat_interleave(K))  # K beams each
+            _, state = model.decode(tokens, state)  # (15, 1, V)
+            state = state.select(rows)
+            memory_rows.append(len(state.memory.states))
+            logits.append(model.decode(tokens[rows], state)[0])  # (9, 1, V)
+    assert memory_rows == [len(rows), len(keep)]
+    torch.testing.assert_close(logits[1], logits[0], atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("run", ["trained_run", "trained_rnn_run"])
@@ -192,8 +216,8 @@ def test_the_attention_options_run_in_the_fast_engine_as_in_the_textbook(options
     for name, attn in plain.named_modules():
         if isinstance(attn, MultiHeadAttention) and attn.role != "cross-attention":
             with torch.no_grad():
-                theirs = attn(x, causal=True, need_weights=True)[1]
-                mine = fast.get_submodule(name)(x, causal=True, need_weights=True)[1]
+                _, theirs = with_weights(attn, x, causal=True)
+                _, mine = with_weights(fast.get_submodule(name), x, causal=True)
             torch.testing.assert_close(mine, theirs, atol=1e-6, rtol=1e-5)
     loss, nll, grads = training_step(PLAIN, plain, batch)
     fast_loss, fast_nll, fast_grads = training_step(engine, plain, batch)
@@ -222,9 +246,9 @@ def test_beams_sharing_a_memory_row_equal_a_copied_memory(T):
     x = torch.randn(2 * beam, T, 32)
     copied = torch.arange(2).repeat_interleave(beam)  # (6,) each row's sentence
     with torch.no_grad():
-        out, weights = attn(x, context=memory, mask=mask, need_weights=True)
-        ref, ref_weights = plain.decoder_layers[0].cross_attn(
-            x, context=memory[copied], mask=mask[copied], need_weights=True)
+        out, weights = with_weights(attn, x, context=memory, mask=mask)
+        ref, ref_weights = with_weights(plain.decoder_layers[0].cross_attn, x,
+                                        context=memory[copied], mask=mask[copied])
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
     assert weights[:beam, :, :, 3:].abs().max() == 0  # the first sentence's padding

@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import with_weights
 from translate.models.attention import (CROSS, DECODER_SELF, ENCODER_SELF, KVCache,
                                         MultiHeadAttention, causal_mask, padding_mask, rotate,
                                         scaled_dot_product_attention)
@@ -23,9 +24,8 @@ def test_sdpa_equals_the_written_out_path_in_all_three_roles():
     x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
     for kwargs in [dict(mask=padding_mask(torch.full((B, T), 5))), dict(causal=True),
                    dict(context=memory, mask=padding_mask(SRC))]:
-        fast, none = attn(x, **kwargs)
-        slow, weights = attn(x, need_weights=True, **kwargs)
-        assert none is None
+        fast = attn(x, **kwargs)
+        slow, weights = with_weights(attn, x, **kwargs)  # recording runs the written-out path
         torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, T))
 
@@ -38,17 +38,17 @@ def test_a_whole_target_lets_sdpa_mask_the_future_itself(monkeypatch):
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
                         lambda *args, **kwargs: seen.append(kwargs) or real(*args, **kwargs))
     x = torch.randn(B, T, D, requires_grad=True)
-    out, _ = attn(x, causal=True)
+    out = attn(x, causal=True)
     assert seen[-1]["is_causal"] and seen[-1]["attn_mask"] is None
     (grad,) = torch.autograd.grad(out.square().sum(), x)
-    masked, _ = attn(x, mask=causal_mask(T))
+    masked = attn(x, mask=causal_mask(T))
     assert not seen[-1]["is_causal"]
     (masked_grad,) = torch.autograd.grad(masked.square().sum(), x)
     torch.testing.assert_close(out, masked, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(grad, masked_grad, atol=1e-5, rtol=1e-5)
     attn(x[:, :2], causal=True, cache=KVCache())  # a prefix: T == S, as in training
-    later, _ = attn(x[:, 2:3], causal=True, cache=KVCache(*attn.keys_values(x[:, :2], False,
-                                                                           None)))
+    later = attn(x[:, 2:3], causal=True, cache=KVCache(*attn.keys_values(x[:, :2], False,
+                                                                        None)))
     assert not seen[-1]["is_causal"]  # a step after the prefix (T < S): the offset mask
     torch.testing.assert_close(later, out[:, 2:3], atol=1e-6, rtol=1e-5)
 
@@ -71,46 +71,46 @@ def test_matches_torch_multihead_attention_with_copied_weights():
         ref.out_proj.weight.copy_(ours.out_proj.weight)
         ref.out_proj.bias.copy_(ours.out_proj.bias)
     x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
-    out, _ = ours(x, context=memory, mask=padding_mask(SRC))
+    out = ours(x, context=memory, mask=padding_mask(SRC))
     expected, _ = ref(x, memory, memory, key_padding_mask=SRC == 0)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
-    out, _ = ours(x, causal=True)
+    out = ours(x, causal=True)
     expected, _ = ref(x, x, x, attn_mask=~causal_mask(T), need_weights=False)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_padding_gets_zero_weight_and_no_nan():
     src = torch.tensor([[5, 5, 5, 0, 0, 0, 0]] * B)
-    out, weights = make()(torch.randn(B, T, D), context=torch.randn(B, S, D),
-                          mask=padding_mask(src), need_weights=True)
+    out, weights = with_weights(make(), torch.randn(B, T, D), context=torch.randn(B, S, D),
+                                mask=padding_mask(src))
     assert not torch.isnan(out).any()
     assert torch.all(weights[..., 3:] == 0)
 
 
 def test_causal_weights_are_lower_triangular():
-    _, weights = make()(torch.randn(B, T, D), causal=True, need_weights=True)
+    _, weights = with_weights(make(), torch.randn(B, T, D), causal=True)
     assert torch.all(weights.triu(diagonal=1) == 0)
 
 
 def test_incremental_self_attention_equals_full():
     attn = make()
     x = torch.randn(B, T, D)
-    full, _ = attn(x, causal=True)
+    full = attn(x, causal=True)
     cache = KVCache()
-    steps = [attn(x[:, t: t + 1], causal=True, cache=cache)[0] for t in range(T)]
+    steps = [attn(x[:, t: t + 1], causal=True, cache=cache) for t in range(T)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
     assert cache.k.shape == (B, H, T, D // H)
     # several new positions at once (the prefix in the cache) use an offset causal mask
     cache = KVCache()
-    first, _ = attn(x[:, :2], causal=True, cache=cache)
-    rest, _ = attn(x[:, 2:], causal=True, cache=cache)
+    first = attn(x[:, :2], causal=True, cache=cache)
+    rest = attn(x[:, 2:], causal=True, cache=cache)
     torch.testing.assert_close(torch.cat([first, rest], dim=1), full, atol=1e-5, rtol=1e-5)
 
 
 def test_cross_attention_projects_the_memory_once():
     attn, memory = make(), torch.randn(B, S, D)
     cache = KVCache()
-    first, _ = attn(torch.randn(B, 1, D), context=memory, cache=cache)
+    attn(torch.randn(B, 1, D), context=memory, cache=cache)
     k = cache.k
     attn(torch.randn(B, 1, D), context=torch.zeros(B, S, D), cache=cache)  # not read again
     assert cache.k is k
@@ -155,11 +155,11 @@ def test_rope_self_attention_is_unchanged_when_every_position_moves_by_k(qk_norm
     attend as at 0 .. T - 1: weights and outputs. With qk_norm too, whose per-channel scales
     would break this if they came after the rotation."""
     attn, x, k = with_options(rope=True, qk_norm=qk_norm), torch.randn(B, T, D), 6
-    alone, weights = attn(x, causal=True, need_weights=True)
+    alone, weights = with_weights(attn, x, causal=True)
     cache = KVCache()
     attn(torch.randn(B, k, D), causal=True, cache=cache)
     hidden = torch.arange(k + T) >= k  # (S,) the first k keys may not be attended to
-    moved, moved_weights = attn(x, causal=True, mask=hidden, cache=cache, need_weights=True)
+    moved, moved_weights = with_weights(attn, x, causal=True, mask=hidden, cache=cache)
     torch.testing.assert_close(moved_weights[..., k:], weights, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(moved, alone, atol=1e-5, rtol=1e-4)
 
@@ -171,8 +171,8 @@ def test_the_options_keep_sdpa_equal_to_the_written_out_path(options):
     for attn, kwargs in [(with_options(**options), dict(mask=padding_mask(torch.full((B, T), 5)))),
                          (with_options(DECODER_SELF, **options), dict(causal=True)),
                          (cross, dict(context=memory, mask=padding_mask(SRC)))]:
-        fused, _ = attn(x, **kwargs)
-        written_out, weights = attn(x, need_weights=True, **kwargs)
+        fused = attn(x, **kwargs)
+        written_out, weights = with_weights(attn, x, **kwargs)
         torch.testing.assert_close(fused, written_out, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, T))
 
@@ -181,14 +181,14 @@ def test_the_options_keep_sdpa_equal_to_the_written_out_path(options):
 def test_incremental_self_attention_with_the_options_equals_full(options):
     """Each new key is normalised and rotated at its own position, the cache's length."""
     attn, x = with_options(DECODER_SELF, **options), torch.randn(B, T, D)
-    full, _ = attn(x, causal=True)
+    full = attn(x, causal=True)
     cache = KVCache()
-    steps = [attn(x[:, t: t + 1], causal=True, cache=cache)[0] for t in range(T)]
+    steps = [attn(x[:, t: t + 1], causal=True, cache=cache) for t in range(T)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
     assert cache.length == T
     cache = KVCache()
-    first, _ = attn(x[:, :2], causal=True, cache=cache)
-    rest, _ = attn(x[:, 2:], causal=True, cache=cache)
+    first = attn(x[:, :2], causal=True, cache=cache)
+    rest = attn(x[:, 2:], causal=True, cache=cache)
     torch.testing.assert_close(torch.cat([first, rest], dim=1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -200,16 +200,16 @@ def test_with_qk_norm_scaling_the_query_or_key_projection_leaves_the_weights(rol
     plain = MultiHeadAttention(D, H, role=role).eval()
     x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
     kwargs = dict(causal=True) if role == DECODER_SELF else dict(context=memory)
-    weights, plain_weights = (m(x, need_weights=True, **kwargs)[1] for m in (attn, plain))
+    weights, plain_weights = (with_weights(m, x, **kwargs)[1] for m in (attn, plain))
     for proj, c in (("q_proj", 8.0), ("k_proj", 0.3)):
         for module in (attn, plain):
             with torch.no_grad():
                 getattr(module, proj).weight.mul_(c)
                 getattr(module, proj).bias.mul_(c)
         # equal up to the norm's epsilon and float rounding; without the norm, far apart
-        torch.testing.assert_close(attn(x, need_weights=True, **kwargs)[1], weights,
+        torch.testing.assert_close(with_weights(attn, x, **kwargs)[1], weights,
                                    atol=2e-4, rtol=1e-3)
-    assert not torch.allclose(plain(x, need_weights=True, **kwargs)[1], plain_weights, atol=1e-2)
+    assert not torch.allclose(with_weights(plain, x, **kwargs)[1], plain_weights, atol=1e-2)
 
 
 def test_rope_is_refused_in_cross_attention_and_for_an_odd_head_width():

@@ -3,6 +3,7 @@ import json
 import pytest
 import torch
 
+from conftest import with_weights
 from translate.checkpoint import load_checkpoint
 from translate.analysis.attention import record_attention
 from translate.engine import PLAIN
@@ -35,7 +36,8 @@ def test_additive_attention_weights_sum_to_one_and_skip_padding():
     attn = AdditiveAttention(query_dim=8, key_dim=6, attn_dim=5)
     keys = torch.randn(2, 4, 6)
     mask = torch.tensor([[True, True, False, False], [True, True, True, True]])
-    context, weights = attn(torch.randn(2, 8), attn.project_keys(keys), keys, mask)
+    context, weights = with_weights(attn, torch.randn(2, 8), attn.project_keys(keys), keys, mask)
+    weights = weights[:, 0]  # (B, S): recorded as (B, 1, S), one query per step
     torch.testing.assert_close(weights.sum(-1), torch.ones(2))
     assert torch.all(weights[0, 2:] == 0) and torch.all(weights[0, :2] > 0)
     torch.testing.assert_close(context, torch.einsum("bs,bsd->bd", weights, keys))
@@ -71,7 +73,7 @@ def test_recorded_alignment_covers_real_source_only():
     assert alignment.shape == (3, 6, 7)
     torch.testing.assert_close(alignment.sum(-1), torch.ones(3, 6))
     assert torch.all(alignment[0, :, 4:] == 0)
-    assert not model.attention._forward_hooks  # recording stops with the block
+    assert model.attention.record_weights is None  # recording stops with the block
 
 
 def test_tied_embeddings_are_one_matrix():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import take_steps, tiny_trainer
+from conftest import take_steps, tiny_trainer, with_weights
 from translate.engine import PLAIN, TEXTBOOK, resolve_engine
 from translate.models import TransformerConfig, build_model
 from translate.models import attention
@@ -81,10 +81,15 @@ def test_dropping_the_scale_changes_the_textbook_run_and_no_other(recipe_path, s
     assert all(abs(a - b) > 1e-3 for a, b in zip(edited["textbook"], as_written["textbook"]))
 
 
-def test_weights_come_back_only_when_asked():
-    _, textbook = model_pair()
-    layer = textbook.encoder_layers[0].self_attn
+def test_attention_returns_its_output_and_records_weights_only_while_listened_to():
+    plain, textbook = model_pair()
     x = torch.randn(2, 5, 32)
-    assert layer(x)[1] is None
-    assert layer(x, need_weights=True)[1].shape == (2, 4, 5, 5)
+    for model in (plain, textbook):
+        layer = model.encoder_layers[0].self_attn
+        out = layer(x)
+        assert isinstance(out, torch.Tensor) and out.shape == (2, 5, 32)
+        recorded, weights = with_weights(layer, x)
+        assert weights.shape == (2, 4, 5, 5)
+        torch.testing.assert_close(recorded, out, atol=1e-5, rtol=1e-5)
+        assert layer.record_weights is None  # the block over, nothing listens
     assert PLAIN.prepare(copy.deepcopy(textbook)) is not None  # plain leaves modules as they are

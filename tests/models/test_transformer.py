@@ -4,7 +4,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import take_steps, tiny_trainer
+from conftest import take_steps, tiny_trainer, with_weights
 from translate.models import TransformerConfig, build_model, count_parameters
 from translate.models.transformer import Memory
 from translate.search import greedy_search
@@ -84,7 +84,7 @@ def test_training_and_decoding_run_under_bf16_autocast(model):
             assert len(greedy_search(model, src, 6)) == 2
             layer = model.decoder_layers[0]
             y = torch.randn(2, 5, 32)
-            weights = layer.self_attn(y, causal=True, need_weights=True)[1]
+            _, weights = with_weights(layer.self_attn, y, causal=True)
     assert weights.dtype == torch.bfloat16 and all(p.grad is not None
                                                    for p in model.parameters())
 

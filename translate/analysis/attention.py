@@ -35,31 +35,27 @@ from translate.tokens import BOS, EOS, PAD
 def record_attention(model: nn.Module) -> Iterator[dict[str, list[torch.Tensor]]]:
     """Collect attention weights while the block runs: {module name: [weights per call]}.
 
-    MultiHeadAttention calls are made to return their weights and add (B, H, T, S) tensors;
-    AdditiveAttention calls add (B, 1, S), one per decoder step. Each module's `role` and
-    `layer` say what it is.
+    Every attention module's `record_weights` listens for the block's duration, which makes
+    MultiHeadAttention run its written-out path: each call adds (B, H, T, S) weights;
+    AdditiveAttention adds (B, 1, S), one per decoder step. Each module's `role` and `layer`
+    say what it is. Afterwards the modules listen as they did before.
     """
     maps: dict[str, list[torch.Tensor]] = {}
-    hooks = []
+    before = []
     for name, module in model.named_modules():
         if isinstance(module, (MultiHeadAttention, AdditiveAttention)):
             maps[name] = []
-            hooks.append(module.register_forward_hook(partial(_keep_weights, maps[name])))
-        if isinstance(module, MultiHeadAttention):
-            hooks.append(module.register_forward_pre_hook(_ask_for_weights, with_kwargs=True))
+            before.append((module, module.record_weights))
+            module.record_weights = partial(_keep_weights, maps[name])
     try:
         yield maps
     finally:
-        for hook in hooks:
-            hook.remove()
+        for module, listener in before:
+            module.record_weights = listener
 
 
-def _ask_for_weights(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    return args, {**kwargs, "need_weights": True}
-
-
-def _keep_weights(store: list, module: nn.Module, args: tuple, output: tuple) -> None:
-    weights = output[1].detach()
+def _keep_weights(store: list, weights: torch.Tensor) -> None:
+    weights = weights.detach()
     store.append(weights[:, None] if weights.dim() == 2 else weights)  # additive: (B, 1, S)
 
 

@@ -151,15 +151,16 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
     fuse_qkv = True  # set by translate.fast.accelerate (its `fuse_qkv` option)
 
     def forward(self, x: torch.Tensor, context: Optional[torch.Tensor] = None,
-                mask: Optional[torch.Tensor] = None, causal: bool = False, cache=None,
-                need_weights: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+                mask: Optional[torch.Tensor] = None, causal: bool = False, cache=None
+                ) -> torch.Tensor:
         B, T, D = x.shape
         past = cache.length if cache is not None and context is None else 0  # x's 1st position
         q, k, v = self._project(x, context, cache, past)  # (B, T, D), (Bc, H, S, Dh) x 2
         groups = B // k.size(0)  # query rows per context row: a sentence's beams
         q = self.split_heads(q.reshape(B // groups, groups * T, D))  # (Bc, H, G * T, Dh)
         q = self.norm_and_rotate(q, self.q_norm, past)  # rotated in self-attention only: G = 1
-        explicit = need_weights or explicit_is_faster(q, k)
+        recording = self.record_weights is not None  # the explicit path has weights to give
+        explicit = recording or explicit_is_faster(q, k)
         if causal and T == 1:
             causal = False  # one new query may see every key so far
         elif causal and (mask is not None or explicit or k.size(2) != T):
@@ -167,15 +168,15 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
             mask, causal = (full if mask is None else mask & full), False
         if explicit and context is not None and cache is not None and mask is not None:
             mask = self._memory_bias(cache, mask, q)
-        weights = None
         if explicit:
             out, weights = explicit_attention(q, k, v, mask, self.dropout, self.training)
-            if need_weights and groups > 1:  # one row per query: (B, H, T, S)
-                weights = weights.unflatten(2, (groups, T)).transpose(1, 2).flatten(0, 1)
+            if recording:  # one row per query: (Bc, H, G * T, S) -> (B, H, T, S)
+                self.record_weights(weights.unflatten(2, (groups, T)).transpose(1, 2)
+                                    .flatten(0, 1))
         else:
             out = sdpa(q, k, v, mask, self.dropout if self.training else 0.0, causal)
         out = out.transpose(1, 2).reshape(B, T, D)  # (Bc, G * T, H, Dh) -> (B, T, D)
-        return self.out_proj(out), weights if need_weights else None
+        return self.out_proj(out)
 
     def _memory_bias(self, cache: MemoryKV, mask: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """The memory's mask as an additive (Bc, H, 1, S) bias, made once per sentence."""

@@ -2,7 +2,8 @@
 in; each keeps its parameters, its state dict and the textbook's results (to float rounding).
 
   FastTransformer, FastRNN   decoder states keep one memory row per sentence, shared by its
-                             beams, instead of a copy per hypothesis
+                             beams, instead of a copy per hypothesis; when sentences are done,
+                             `kept_sentences` finds their memory rows from the hypotheses kept
   FusedFeedForward           oneDNN applies the activation as it writes fc1's output
   ByteDropout                dropout masks from one random byte per element on the CPU
 
@@ -26,20 +27,32 @@ from translate.models.transformer import (ACTIVATIONS, DecoderState, FeedForward
                                           Transformer)
 
 
+def kept_sentences(rows: torch.Tensor, beams: int) -> torch.Tensor:
+    """The sentences of the hypotheses `rows` keeps. Search drops a sentence whole, so `rows`
+    holds each kept sentence's `beams` rows in one run; row r belongs to sentence r // beams."""
+    return rows[::beams] // beams  # (sentences kept,)
+
+
 @dataclass
 class SharedMemoryState(DecoderState):
     """A Transformer decoder state whose memory and cross-attention caches keep a row per
     sentence; self-attention caches have a row per hypothesis and reorder lazily."""
 
+    beams: int = 1  # hypotheses per sentence: 1 until beam search's first step fans out
+
     def reorder_beams(self, rows: torch.Tensor) -> "SharedMemoryState":
         """Rows stay within their sentence, so only the self-attention caches follow them."""
         return SharedMemoryState(self.memory, [c.index_select(rows) for c in self.self_attn],
-                                 self.cross_attn, self.offset)
+                                 self.cross_attn, self.offset,
+                                 beams=len(rows) // len(self.memory.states))
 
-    def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> "SharedMemoryState":
+    def select(self, rows: torch.Tensor) -> "SharedMemoryState":
+        """The hypotheses `rows` keeps, and the memory rows of their sentences."""
+        sentences = kept_sentences(rows, self.beams)
         return SharedMemoryState(self.memory.index_select(sentences),
                                  [c.index_select(rows) for c in self.self_attn],
-                                 [c.index_select(sentences) for c in self.cross_attn], self.offset)
+                                 [c.index_select(sentences) for c in self.cross_attn], self.offset,
+                                 self.beams)
 
 
 class FastTransformer(Transformer):
@@ -55,14 +68,19 @@ class FastTransformer(Transformer):
 class SharedMemoryRNNState(RNNState):
     """An RNN decoder state whose memory keeps a row per sentence, shared by its beams."""
 
+    beams: int = 1  # hypotheses per sentence: 1 until beam search's first step fans out
+
     def reorder_beams(self, rows: torch.Tensor) -> "SharedMemoryRNNState":
         cell = None if self.cell is None else self.cell.index_select(0, rows)
-        return SharedMemoryRNNState(self.hidden.index_select(0, rows), self.memory, cell)
+        return SharedMemoryRNNState(self.hidden.index_select(0, rows), self.memory, cell,
+                                    beams=len(rows) // len(self.memory.states))
 
-    def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> "SharedMemoryRNNState":
+    def select(self, rows: torch.Tensor) -> "SharedMemoryRNNState":
+        """The hypotheses `rows` keeps, and the memory rows of their sentences."""
         cell = None if self.cell is None else self.cell.index_select(0, rows)
         return SharedMemoryRNNState(self.hidden.index_select(0, rows),
-                                    self.memory.index_select(sentences), cell)
+                                    self.memory.index_select(kept_sentences(rows, self.beams)),
+                                    cell, self.beams)
 
 
 class FastRNN(RNNSeq2Seq):
@@ -78,15 +96,16 @@ class GroupedAdditiveAttention(AdditiveAttention):
     (a sentence's beams) attends to one row, which is neither copied nor projected again."""
 
     def forward(self, query: torch.Tensor, projected_keys: torch.Tensor, values: torch.Tensor,
-                mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                mask: torch.Tensor) -> torch.Tensor:
         Bc, S, A = projected_keys.shape
         query = self.query_proj(query).view(Bc, -1, 1, A)  # (Bc, G, 1, A)
         hidden = torch.tanh(projected_keys[:, None] + query)  # (Bc, G, S, A)
         energies = self.score(hidden).squeeze(-1)  # (Bc, G, S)
         energies = energies.masked_fill(~mask[:, None], float("-inf"))
         weights = torch.softmax(energies.float(), dim=-1).to(values.dtype)  # (Bc, G, S)
-        context = torch.bmm(weights, values).flatten(0, 1)  # (B, Dv)
-        return context, weights.flatten(0, 1)  # (B, Dv), (B, S)
+        if self.record_weights is not None:
+            self.record_weights(weights.flatten(0, 1))  # (B, S)
+        return torch.bmm(weights, values).flatten(0, 1)  # (B, Dv)
 
 
 class FusedFeedForward(FeedForward):

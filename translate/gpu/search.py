@@ -138,7 +138,7 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, beam: int, max_len: int | tor
         if any(ended):  # the done sentences leave the batch
             keep = torch.tensor([i for i, d in enumerate(ended) if not d], device=device)
             rows = (keep[:, None] * K + torch.arange(K, device=device)).view(-1)  # (live' * K,)
-            state, tokens, scores = state.select(rows, keep), tokens[rows], scores[keep]
+            state, tokens, scores = state.select(rows), tokens[rows], scores[keep]
             sentence, done = sentence[keep], done[keep]
     return finished.to_host(nbest)
 

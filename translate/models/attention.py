@@ -37,12 +37,16 @@ Which code runs: `scaled_dot_product_attention` below is attention written out. 
 scale, break the mask) shows in training and translation. The other engines call PyTorch's fused
 `F.scaled_dot_product_attention` instead (plain, gpu), or swap in translate/fast/ (fast, the CPU
 default); tests/models/ and tests/fast/ check that all of them compute what this file does.
+
+An attention module returns its output alone. The weights are for looking at: while
+translate.analysis.attention records (the maps, the serve page, the tour's figures), it sets each
+module's `record_weights`, and the module runs the written-out path and hands it the weights.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -154,6 +158,9 @@ class MultiHeadAttention(nn.Module):
     """
 
     written_out = False  # True: always the written-out attention (the textbook engine)
+    # Set while translate.analysis.attention records: each call's (B, H, T, S) weights go to it,
+    # through the written-out path. None: nothing is recorded, and nothing costs anything.
+    record_weights: Optional[Callable[[torch.Tensor], None]] = None
 
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True,
                  role: str = ENCODER_SELF, layer: int = 0, rope: bool = False,
@@ -180,8 +187,7 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, context: Optional[torch.Tensor] = None,
                 mask: Optional[torch.Tensor] = None, causal: bool = False,
-                cache: Optional[KVCache] = None, need_weights: bool = False,
-                ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+                cache: Optional[KVCache] = None) -> torch.Tensor:
         """Attend from `x` to `context`, or to `x` itself when there is no context.
 
         Args:
@@ -190,11 +196,11 @@ class MultiHeadAttention(nn.Module):
                 self-attention.
             mask: boolean, True = may attend, broadcastable to (B, H, T, S).
             causal: position t may see positions <= t only (decoder self-attention).
-            cache: keys and values kept between decoding steps (see `KVCache`).
-            need_weights: also return the (B, H, T, S) weights (the written-out path).
+            cache: keys and values kept between decoding steps (see `KVCache`), updated in
+                place.
 
         Returns:
-            (B, T, D) output, and the weights or None.
+            (B, T, D) output.
         """
         past = cache.length if cache is not None and context is None else 0  # x's 1st position
         q = self.split_heads(self.q_proj(x))  # (B, H, T, Dh)
@@ -205,19 +211,20 @@ class MultiHeadAttention(nn.Module):
         # Causal: a query at position t sees the keys up to t, the past and itself. For a whole
         # target at once (training: T == S, no other mask) SDPA applies that rule itself, with
         # no (T, S) mask built and its fastest kernel free to run; otherwise a mask says it.
-        written_out = need_weights or self.written_out
+        written_out = self.written_out or self.record_weights is not None
         is_causal = causal and T == S and mask is None and not written_out
         if causal and not is_causal:
             allowed = causal_mask(T, offset=S - T, device=x.device)  # (T, S)
             mask = allowed if mask is None else mask & allowed
         dropout = self.dropout if self.training else 0.0
-        weights = None
         if written_out:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout)
+            if self.record_weights is not None:
+                self.record_weights(weights)  # (B, H, T, S)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
-                                                 is_causal=is_causal)
-        return self.out_proj(self.merge_heads(out)), weights if need_weights else None
+                                                 is_causal=is_causal)  # (B, H, T, Dh)
+        return self.out_proj(self.merge_heads(out))  # (B, T, D)
 
     def keys_values(self, source: torch.Tensor, cross: bool, cache: Optional[KVCache],
                     past: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,7 +13,7 @@ interchangeable and nothing outside `translate.models` ever asks which one it ho
 Feeding `decode` the whole prefix at once or one token per call gives the same logits: the state
 carries what the decoder keeps between steps (caches, a recurrent state) and what it reads of the
 memory. Beam search moves hypotheses between rows with `state.reorder_beams(rows)` and drops
-finished sentences with `state.select(rows, sentences)`.
+finished sentences with `state.select(rows)`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ class DecoderState(Protocol):
         their sentence (the first step fans each sentence's row out to its beams)."""
         ...
 
-    def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> "DecoderState":
-        """The state of the hypotheses in `rows`, which belong to the sentences `sentences`."""
+    def select(self, rows: torch.Tensor) -> "DecoderState":
+        """The state of the hypotheses in `rows` alone, once some sentences are done. A sentence
+        leaves whole: `rows` holds all of each kept sentence's rows in one run, so a state with
+        a row per sentence for some parts (the fast engine's shared memory) finds those
+        sentences from the rows."""
         ...
 
 

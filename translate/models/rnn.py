@@ -15,7 +15,7 @@ direction, Hd decoder width, A attention width, V vocabulary.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -67,7 +67,8 @@ class AdditiveAttention(nn.Module):
     """Bahdanau attention: e_j = v^T tanh(W q + U k_j), weights softmax(e) over real positions.
 
     U k_j does not depend on the query, so `project_keys` computes it once per sentence and every
-    decoder step reuses it.
+    decoder step reuses it. The weights (the alignment) go to `record_weights` while
+    translate.analysis.attention records, as MultiHeadAttention's do.
 
     Args:
         query_dim: width of the query (the decoder state s_{i-1}).
@@ -76,6 +77,7 @@ class AdditiveAttention(nn.Module):
     """
 
     role, layer = ADDITIVE, 0
+    record_weights: Optional[Callable[[torch.Tensor], None]] = None  # each step's (B, S) weights
 
     def __init__(self, query_dim: int, key_dim: int, attn_dim: int):
         super().__init__()
@@ -88,8 +90,8 @@ class AdditiveAttention(nn.Module):
         return self.key_proj(keys)
 
     def forward(self, query: torch.Tensor, projected_keys: torch.Tensor, values: torch.Tensor,
-                mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One decoder step.
+                mask: torch.Tensor) -> torch.Tensor:
+        """One decoder step: the context c_i.
 
         Args:
             query: (B, query_dim) the decoder state s_{i-1}.
@@ -98,14 +100,16 @@ class AdditiveAttention(nn.Module):
             mask: (B, S) boolean, True on real source positions.
 
         Returns:
-            (B, Dv) context vector and (B, S) weights (zero on padding, summing to one).
+            (B, Dv) context vector: the values averaged by the weights (zero on padding,
+            summing to one).
         """
         hidden = torch.tanh(projected_keys + self.query_proj(query)[:, None])  # (B, S, A)
         energies = self.score(hidden).squeeze(-1)  # (B, S)
         energies = energies.masked_fill(~mask, float("-inf"))
         weights = torch.softmax(energies.float(), dim=-1).to(values.dtype)  # (B, S)
-        context = torch.bmm(weights[:, None], values).squeeze(1)  # (B, Dv)
-        return context, weights
+        if self.record_weights is not None:
+            self.record_weights(weights)
+        return torch.bmm(weights[:, None], values).squeeze(1)  # (B, Dv)
 
 
 @dataclass
@@ -135,8 +139,9 @@ class RNNState:
         cell = None if self.cell is None else self.cell.index_select(0, rows)
         return RNNState(self.hidden.index_select(0, rows), self.memory.index_select(rows), cell)
 
-    def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> "RNNState":
-        """Keep the hypotheses in `rows` (every part of this state is a row per hypothesis)."""
+    def select(self, rows: torch.Tensor) -> "RNNState":
+        """Keep the hypotheses in `rows` alone: search drops the sentences that are done (every
+        part of this state is a row per hypothesis)."""
         return self.reorder_beams(rows)
 
 
@@ -206,7 +211,7 @@ class RNNSeq2Seq(nn.Module):
         embedded = self.dropout(self.tgt_embed(tgt_in))  # (B, T, E)
         hiddens, contexts = [], []
         for t in range(tgt_in.size(1)):
-            context, _ = self.attention(hidden, memory.keys, memory.states, memory.src_mask)
+            context = self.attention(hidden, memory.keys, memory.states, memory.src_mask)
             step_in = torch.cat([embedded[:, t], context], dim=-1)  # (B, E + 2He)
             if cell is None:
                 hidden = self.cell(step_in, hidden)

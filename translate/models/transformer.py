@@ -136,8 +136,9 @@ class DecoderState:
                             [c.index_select(rows) for c in self.self_attn],
                             [c.index_select(rows) for c in self.cross_attn], self.offset)
 
-    def select(self, rows: torch.Tensor, sentences: torch.Tensor) -> "DecoderState":
-        """Keep the hypotheses in `rows` (every part of this state is a row per hypothesis)."""
+    def select(self, rows: torch.Tensor) -> "DecoderState":
+        """Keep the hypotheses in `rows` alone: search drops the sentences that are done (every
+        part of this state is a row per hypothesis)."""
         return self.reorder_beams(rows)
 
 
@@ -231,7 +232,7 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
-        x = x + self.dropout(self.self_attn(self.norm1(x), mask=src_mask)[0])
+        x = x + self.dropout(self.self_attn(self.norm1(x), mask=src_mask))
         x = x + self.dropout(self.ffn(self.norm2(x)))
         return x  # (B, S, D)
 
@@ -252,9 +253,9 @@ class DecoderLayer(nn.Module):
 
     def forward(self, y: torch.Tensor, memory: Memory, self_cache: KVCache,
                 cross_cache: KVCache) -> torch.Tensor:
-        y = y + self.dropout(self.self_attn(self.norm1(y), causal=True, cache=self_cache)[0])
+        y = y + self.dropout(self.self_attn(self.norm1(y), causal=True, cache=self_cache))
         y = y + self.dropout(self.cross_attn(self.norm2(y), context=memory.states,
-                                             mask=memory.src_mask, cache=cross_cache)[0])
+                                             mask=memory.src_mask, cache=cross_cache))
         y = y + self.dropout(self.ffn(self.norm3(y)))
         return y  # (B, T, D)
 
