@@ -1,4 +1,11 @@
-"""The models: a recipe's `model.arch` names one entry of MODELS, its class and its config."""
+"""The models: a recipe's `model.arch` names one entry of MODELS, its class and its config.
+
+    attention.py    scaled dot-product attention written out, and one MultiHeadAttention for
+                    the encoder's self-, the decoder's masked self- and cross-attention
+    transformer.py  the Transformer: embeddings and positions, pre-norm encoder and decoder
+    rnn.py          the attention RNN encoder-decoder (Bahdanau et al., 2014)
+    interface.py    the contract every model offers to training, search and evaluation
+"""
 
 from __future__ import annotations
 
