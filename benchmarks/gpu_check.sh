@@ -121,7 +121,7 @@ if has decode; then
   fi
 fi
 if has tests; then
-  step gpu_tests 150 $python -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_gpu.py
+  step gpu_tests 150 $python -m pytest -q -p no:cacheprovider -rfE -m gpu tests/gpu/test_on_cuda.py
 fi
 if has ab && [ -n "$base" ] && [ $dry = 0 ]; then
   step ab_train 180 $python benchmarks/ab_train.py "$base" . --device cuda --precisions bf16 \

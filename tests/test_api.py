@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import read_jsonl
+from helpers.files import read_jsonl
 
 
 @pytest.fixture(scope="module")

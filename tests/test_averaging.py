@@ -7,7 +7,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from tests.conftest import TINY_OVERRIDES, train_tiny
+from helpers.training import TINY_OVERRIDES, train_tiny
 from translate.averaging import average_checkpoints, average_state_dicts
 from translate.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from translate.cli import main

@@ -6,7 +6,8 @@ import pytest
 import torch
 import yaml
 
-from conftest import read_jsonl, untrained_model
+from helpers.files import read_jsonl
+from helpers.models import untrained_model
 from translate.checkpoint import (load_checkpoint, read_checkpoint, save_checkpoint,
                                   write_checkpoint)
 from translate.config import ADDED_MODEL_KEYS, ConfigError, in_todays_keys, load_recipe

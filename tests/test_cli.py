@@ -4,7 +4,7 @@ import pytest
 from click.testing import CliRunner
 
 from translate.cli import main
-from conftest import TINY_OVERRIDES
+from helpers.training import TINY_OVERRIDES
 
 
 @pytest.fixture

@@ -101,7 +101,7 @@ def test_a_run_whose_test_decode_takes_another_precision_says_so(monkeypatch, re
     so where the test decode starts, and how to decode as trained."""
     import logging
 
-    from conftest import TINY_OVERRIDES, train_tiny
+    from helpers.training import TINY_OVERRIDES, train_tiny
 
     monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
     monkeypatch.setattr(hardware, "cpu_vendor", lambda: AMD)

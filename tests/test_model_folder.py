@@ -10,7 +10,7 @@ import torch
 from click.testing import CliRunner
 from safetensors import safe_open
 
-from tests.conftest import read_jsonl
+from helpers.files import read_jsonl
 from translate.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
 from translate.cli import main
 from translate.config import load_recipe

@@ -140,8 +140,8 @@ def test_a_ready_model_built_directly_decodes_as_it_is():
 
 
 def test_the_api_sets_a_run_up_as_the_command_line_does(trained_run):
-    """The tests' runs train in fp32 (conftest): both decode in fp32 where `auto` would pick
-    bf16 (a CPU with AMX, say), which the API did before the two were made one."""
+    """The tests' runs train in fp32 (helpers/training.py): both decode in fp32 where `auto`
+    would pick bf16 (a CPU with AMX, say), which the API did before the two were made one."""
     from translate import Translator
 
     translator = Translator.load(trained_run.run_dir)

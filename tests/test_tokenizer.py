@@ -4,7 +4,7 @@ import subprocess
 from translate.config import TokenizerConfig
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD, UNK
-from conftest import read_jsonl
+from helpers.files import read_jsonl
 
 
 def test_round_trip_restores_text_and_model_file_is_standard(small_data, tmp_path):

@@ -1,7 +1,7 @@
 """translate: encoder-decoder machine translation in PyTorch.
 
 The package, a line a file or subpackage, each layer above the ones it may import (setup.cfg's
-[importlinter] contracts, which tests/test_layers.py checks):
+[importlinter] contracts, which tests/project/test_layers.py checks):
 
     __main__.py      `python -m translate`: the command below
     cli.py           the `translate` command: each command parses, then calls one function

@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from conftest import untrained_model
+from helpers.models import untrained_model
 from translate.analysis.attention import (attention_maps, output_limit, record_attention,
                                           target_ids)
 from translate.checkpoint import load_checkpoint

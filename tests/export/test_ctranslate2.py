@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from tests.conftest import read_jsonl
+from helpers.files import read_jsonl
 from translate.checkpoint import load_checkpoint, save_checkpoint
 from translate.config import load_recipe
 from translate.export import export

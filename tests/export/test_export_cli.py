@@ -9,7 +9,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from conftest import read_jsonl, untrained_model
+from helpers.files import read_jsonl
+from helpers.models import untrained_model
 from translate.checkpoint import load_checkpoint, save_checkpoint
 from translate.cli import main
 from translate.config import load_recipe

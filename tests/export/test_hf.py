@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import read_jsonl
+from helpers.files import read_jsonl
 from translate.checkpoint import load_checkpoint
 from translate.config import TokenizerConfig, load_recipe
 from translate.data.batch import pad

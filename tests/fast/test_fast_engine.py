@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import untrained_model, with_weights
+from helpers.models import untrained_model, with_weights
 from translate.checkpoint import load_checkpoint
 from translate.config import TrainConfig
 from translate.engine import FAST, PLAIN, fast_engine, resolve_engine

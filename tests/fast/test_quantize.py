@@ -8,7 +8,7 @@ import sacrebleu
 import torch
 from click.testing import CliRunner
 
-from conftest import untrained_model
+from helpers.models import untrained_model
 from translate.checkpoint import load_checkpoint
 from translate.cli import main
 from translate.data.batch import pad

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import with_weights
+from helpers.models import with_weights
 from translate.models.attention import (CROSS, DECODER_SELF, ENCODER_SELF, KVCache,
                                         MultiHeadAttention, causal_mask, padding_mask, rotate,
                                         scaled_dot_product_attention)

@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from conftest import with_weights
+from helpers.models import with_weights
 from translate.checkpoint import load_checkpoint
 from translate.analysis.attention import record_attention
 from translate.engine import PLAIN

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import take_steps, tiny_trainer, with_weights
+from helpers.models import with_weights
+from helpers.training import take_steps, tiny_trainer
 from translate.engine import PLAIN, TEXTBOOK, resolve_engine
 from translate.models import TransformerConfig, build_model
 from translate.models import attention

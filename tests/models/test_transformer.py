@@ -4,7 +4,8 @@ import warnings
 import pytest
 import torch
 
-from conftest import take_steps, tiny_trainer, with_weights
+from helpers.models import with_weights
+from helpers.training import take_steps, tiny_trainer
 from translate.models import TransformerConfig, build_model, count_parameters
 from translate.models.transformer import Memory
 from translate.search import greedy_search

@@ -5,7 +5,7 @@ file as it was."""
 import pytest
 from click.testing import CliRunner
 
-from conftest import TINY_OVERRIDES
+from helpers.training import TINY_OVERRIDES
 from translate.cli import main
 
 

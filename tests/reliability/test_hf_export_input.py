@@ -7,7 +7,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from tests.conftest import read_jsonl
+from helpers.files import read_jsonl
 from translate.checkpoint import load_checkpoint, save_checkpoint
 from translate.cli import main
 from translate.config import load_recipe

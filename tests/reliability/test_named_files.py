@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cli_checks import cli, refused, without_blocking
+from helpers.cli import cli, refused, without_blocking
 from translate.checkpoint import read_checkpoint, write_checkpoint
 
 SENTENCES = "A man rides a bike.\nTwo dogs play in the snow.\n"
@@ -305,7 +305,7 @@ def test_a_checkpoint_with_bad_weights_or_fields_is_one_line(run, tmp_path, chan
 ])
 def test_an_empty_dev_or_test_split_is_refused_before_training(small_data, recipe_path,
                                                               tmp_path, split, says):
-    from conftest import TINY_OVERRIDES
+    from helpers.training import TINY_OVERRIDES
 
     data = Path(shutil.copytree(small_data, tmp_path / "data"))
     (data / f"{split}.jsonl").write_text("")

@@ -14,8 +14,8 @@ import yaml
 import pytest
 from click.testing import CliRunner
 
-from conftest import TINY_OVERRIDES
-from limits import within
+from helpers.limits import within
+from helpers.training import TINY_OVERRIDES
 from translate.checkpoint import read_checkpoint, write_checkpoint
 from translate.cli import main
 from translate.config import DataConfig

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from conftest import TINY_OVERRIDES
+from helpers.training import TINY_OVERRIDES
 from translate.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from translate.config import load_recipe
 from translate.training.checkpoints import load_run_recipe, newest_checkpoint

@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from conftest import TINY_OVERRIDES
-from cli_checks import cli, refused, sets
+from helpers.cli import cli, refused, sets
+from helpers.training import TINY_OVERRIDES
 from translate.checkpoint import read_checkpoint, write_checkpoint
 
 SHORT = [*TINY_OVERRIDES, "train.eval_every=10", "train.log_every=5", "train.keep_last=5",

@@ -3,7 +3,7 @@ before any run folder is made or any training starts."""
 
 import pytest
 
-from cli_checks import cli, refused, sets
+from helpers.cli import cli, refused, sets
 
 
 @pytest.fixture

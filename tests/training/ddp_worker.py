@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 
+# tests/, for `helpers`: run by path, this script has no `pythonpath` of pytest's (setup.cfg)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import TINY_OVERRIDES  # noqa: E402
+from helpers.training import TINY_OVERRIDES  # noqa: E402
 from translate.config import load_recipe  # noqa: E402
 from translate.metrics import MetricsLog  # noqa: E402
 from translate.training import build_trainer, prepare_data, update  # noqa: E402

@@ -11,7 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from conftest import TINY_OVERRIDES, take_steps, tiny_trainer
+from helpers.training import TINY_OVERRIDES, take_steps, tiny_trainer
 from translate.cli import main
 from translate.config import ConfigError, load_recipe
 from translate.training import Trainer

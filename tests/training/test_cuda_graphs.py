@@ -1,14 +1,15 @@
 """train.cuda_graphs: the step written for a recorded graph (batch buffers per shape, the
 learning rate, the EMA's weight and the NaN/inf skip all on the device) makes exactly the
 eager step's update; its checkpoints resume either kind of run; what it cannot record is refused
-in one line. Run on the CPU, where the step runs unrecorded (tests/test_gpu.py records it)."""
+in one line. Run on the CPU, where the step runs unrecorded (tests/gpu/test_on_cuda.py
+records it)."""
 
 import json
 
 import pytest
 import torch
 
-from conftest import TINY_OVERRIDES, poison_loss, ready_to_step
+from helpers.training import TINY_OVERRIDES, poison_loss, ready_to_step
 from translate.config import ConfigError, load_recipe
 from translate.metrics import MetricsLog
 from translate.training import Trainer, build_trainer, prepare_data

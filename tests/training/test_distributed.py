@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from limits import within
+from helpers.limits import within
 from translate.checkpoint import read_checkpoint
 from translate.training.distributed import World
 
@@ -175,7 +175,7 @@ def torchrun(data: Path, cwd: Path, *args: str) -> str:
 
 
 def sets(*items: str) -> list[str]:
-    from conftest import TINY_OVERRIDES
+    from helpers.training import TINY_OVERRIDES
 
     return [arg for item in (*TINY_OVERRIDES, *items) for arg in ("--set", item)]
 

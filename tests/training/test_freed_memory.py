@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import TINY_OVERRIDES
+from helpers.training import TINY_OVERRIDES
 from translate import hardware
 from translate.config import load_recipe
 from translate.metrics import MetricsLog

@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from conftest import tiny_trainer
+from helpers.training import tiny_trainer
 from translate.config import load_recipe
 from translate.models import build_model
 from translate.training.optim import make_muon, make_optimizer, muon_split

@@ -5,7 +5,8 @@ AdamW alone and with Muon for the hidden matrices beside it."""
 import pytest
 import torch
 
-from conftest import read_jsonl, tiny_trainer
+from helpers.files import read_jsonl
+from helpers.training import tiny_trainer
 from translate.training.optim import lr_scale
 from translate.training.step import plain_step
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from limits import within
+from helpers.limits import within
 from test_distributed import (assert_resumed_as_straight, free_port, process_env, sets,
                               torchrun, train_losses)
 from translate.checkpoint import read_checkpoint
@@ -173,7 +173,7 @@ def resume_to(data: Path, run: Path, end: int, step: int) -> list[dict]:
     return records
 
 
-# slow: a torchrun pair trained, stopped and resumed (18 s); test_signals covers one process
+# slow: a torchrun pair trained, stopped and resumed (18 s); test_loop_signals covers one process
 @pytest.mark.slow
 def test_ctrl_c_saves_once_and_the_run_resumes(recipe_path, small_data, tmp_path):
     run = tmp_path / "run"

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from conftest import TINY_OVERRIDES, tiny_trainer, train_tiny
+from helpers.training import TINY_OVERRIDES, tiny_trainer, train_tiny
 from translate.config import ConfigError, TrainConfig, load_recipe
 from translate.training import TrainState, train
 from translate.training.optim import lr_scale, warmup_ended

@@ -8,7 +8,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from conftest import TINY_OVERRIDES
+from helpers.training import TINY_OVERRIDES
 from translate.analysis.seeds import Spread, seed_group, seed_groups, seed_spread
 from translate.cli import main
 from translate.training.checkpoints import load_run_recipe

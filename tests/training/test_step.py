@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import TINY_OVERRIDES, poison_loss, ready_to_step
+from helpers.training import TINY_OVERRIDES, poison_loss, ready_to_step
 from translate.config import load_recipe
 from translate.metrics import MetricsLog
 from translate.tokens import PAD

@@ -6,7 +6,8 @@ import re
 import numpy as np
 import pytest
 
-from conftest import TINY_OVERRIDES, read_jsonl
+from helpers.files import read_jsonl
+from helpers.training import TINY_OVERRIDES
 from translate.config import ConfigError, TokenizerConfig, load_recipe
 from translate.tokenizer import SubwordSampler, Tokenizer
 from translate.tokens import EOS

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from conftest import tiny_trainer
+from helpers.training import tiny_trainer
 from translate.training.validation import PROBE_SENTENCES, UNTRAINED_BLEU
 
 

@@ -11,7 +11,7 @@ of a model with a large vocabulary, whose (B, T, V) logits outgrow everything el
                 a time and never holds the (B, T, V) logits (`train.loss_chunk`)
 
 Both run on any device. The tests check them against the textbook code on the CPU
-(tests/gpu_path/), and tests/test_gpu.py on CUDA.
+(tests/gpu/), and tests/gpu/test_on_cuda.py on CUDA.
 """
 
 from __future__ import annotations

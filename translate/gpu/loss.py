@@ -14,7 +14,7 @@ projects them to the vocabulary, normalises, adds up the loss and computes the g
 The gradients with respect to the states (N, D) and the weights (V, D) are kept, and backward
 only scales them by the loss's incoming gradient. Peak memory is a few (chunk, V) tensors
 instead of several (N, V) ones; the work is the same three matmuls autograd would do. Positions
-whose target is `ignore_index` count for nothing. tests/gpu_path/test_chunked_loss.py checks the
+whose target is `ignore_index` count for nothing. tests/gpu/test_chunked_loss.py checks the
 loss and every gradient against `translate.loss` on the projected logits.
 """
 

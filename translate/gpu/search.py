@@ -17,7 +17,7 @@ A sentence that is done stops changing at once (nothing more finishes for it) bu
 batch only when the host next looks, every `check_every` steps: a few steps of rows computed for
 nothing against a wait at every step. The hypotheses, scores and order are
 `translate.search.beam_search`'s: exactly so when the host looks at every step, to rounding
-otherwise, as rows then run in batches of other sizes (tests/gpu_path/test_device_search.py).
+otherwise, as rows then run in batches of other sizes (tests/gpu/test_device_search.py).
 Greedy search is the same loop with one beam.
 
 Shapes: B batch, K beam, N = live * width rows, V vocabulary, L longest output.

@@ -1,0 +1,122 @@
+"""docs/tour.md cannot rot: every `file:symbol` it names exists, every stop shows code, a test
+and a figure, every idea of the notes has its stop, and the script that draws its figures runs."""
+
+import ast
+import importlib.util
+import re
+import shutil
+from pathlib import Path
+
+import torch
+
+from helpers.files import read_jsonl
+from helpers.models import untrained_model
+from translate.analysis.attention import attention_maps
+from translate.data.batch import pad
+from translate.config import DecodeConfig
+
+REPO = Path(__file__).resolve().parents[2]
+LINK = re.compile(r"\[`(?P<path>[\w/.]+\.py):(?P<symbol>[\w.]+)`\]\((?P<target>[^)]+)\)")
+IMAGE = re.compile(r"!\[[^\]]*\]\((?P<path>[^)]+)\)")
+IDEAS = ("queries, keys and values", "1/√d scale", "causal mask and the padding mask",
+         "softmax and dropout", "one head, then many", "feed-forward", "residuals and pre-norm",
+         "positions", "encoder", "masked self-attention", "cross-attention",
+         "additive attention", "training step", "beam search", "kv cache", "remove the scale")
+
+
+def defines(source: str, symbol: str) -> bool:
+    """Whether the module `source` defines `symbol` (a name, or Class.member)."""
+    body = ast.parse(source).body
+    for part in symbol.split("."):
+        found = None
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [t.id for t in targets if isinstance(t, ast.Name)]
+            else:
+                continue
+            if part in names:
+                found = node
+                break
+        if found is None:
+            return False
+        body = getattr(found, "body", [])
+    return True
+
+
+def broken_links(tour: Path, root: Path, images: bool = True) -> list[str]:
+    """The `file:symbol` links of `tour` that do not resolve under `root`, and (with `images`)
+    its images that do not exist."""
+    text = tour.read_text(encoding="utf-8")
+    broken = []
+    for link in LINK.finditer(text):
+        path, symbol = link["path"], link["symbol"]
+        file = root / path
+        if link["target"] != f"../{path}" or not file.is_file() or \
+                not defines(file.read_text(encoding="utf-8"), symbol):
+            broken.append(f"{path}:{symbol}")
+    for image in IMAGE.finditer(text) if images else ():
+        if not (tour.parent / image["path"]).is_file():
+            broken.append(image["path"])
+    return broken
+
+
+def stops(text: str) -> dict[str, str]:
+    """{heading: body} of the numbered sections."""
+    parts = re.split(r"^## (\d+\. .+)$", text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def test_every_name_and_figure_the_tour_gives_exists():
+    tour = REPO / "docs/tour.md"
+    assert broken_links(tour, REPO) == []
+    assert len(LINK.findall(tour.read_text(encoding="utf-8"))) >= 40
+
+
+def test_every_stop_shows_code_a_test_and_a_figure_and_every_idea_has_one():
+    sections = stops((REPO / "docs/tour.md").read_text(encoding="utf-8"))
+    assert len(sections) >= 15
+    for heading, body in sections.items():
+        paths = [m["path"] for m in LINK.finditer(body)]
+        assert any(p.startswith("translate/") for p in paths), f"{heading}: no code"
+        assert any(p.startswith("tests/") for p in paths), f"{heading}: no test"
+        assert IMAGE.search(body), f"{heading}: no figure"
+    headings = " ".join(sections).lower()
+    assert [idea for idea in IDEAS if idea not in headings] == []
+
+
+def test_a_renamed_function_breaks_the_tour(tmp_path):
+    """Renaming a function the tour names (in a copy) is caught, naming the link."""
+    for folder in ("translate", "tests"):
+        shutil.copytree(REPO / folder, tmp_path / folder,
+                        ignore=shutil.ignore_patterns("__pycache__", "data"))
+    (tmp_path / "docs").mkdir()
+    shutil.copy(REPO / "docs/tour.md", tmp_path / "docs")
+    assert broken_links(tmp_path / "docs/tour.md", tmp_path, images=False) == []
+    module = tmp_path / "translate/models/attention.py"
+    module.write_text(module.read_text().replace("def causal_mask(", "def future_mask("))
+    assert broken_links(tmp_path / "docs/tour.md", tmp_path, images=False) == [
+        "translate/models/attention.py:causal_mask"]
+
+
+def test_the_tour_figures_draw(small_data, tmp_path):
+    """scripts/tour_figures.py still draws its figures of one sentence (from an untrained
+    model: the drawing is checked here, not what it shows)."""
+    spec = importlib.util.spec_from_file_location("tour_figures", REPO / "scripts/tour_figures.py")
+    tour = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tour)
+    _, tok, model = untrained_model(small_data, layers=2)
+    model.eval()
+    rows = read_jsonl(small_data / "train.jsonl", 40)
+    sentence, short = rows[0]["en"], min((r["en"] for r in rows), key=len)
+    maps = attention_maps(model, tok, sentence, DecodeConfig(max_len_b=6))
+    tour.qkv_figure(model, maps, tok.encode_src([sentence])[0], tmp_path)
+    tour.masks_figure(model, tok, maps, sentence, short, tmp_path)
+    tour.heads_figure(maps, tmp_path)
+    tour.roles_figure(maps, tmp_path)
+    tour.scale_figure(model, [pad([torch.tensor(ids) for ids in
+                                   tok.encode_src([r["en"] for r in rows[:8]])])], tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+        "heads.png", "masks.png", "qkv.png", "roles.png", "scale.png"]
