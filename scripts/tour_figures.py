@@ -2,6 +2,9 @@
 
     python scripts/tour_figures.py RUN_DIR --data ../shared/data/multi30k --out docs/tour
     python scripts/tour_figures.py RUN_DIR ... --exercise     # also the scale exercise (~7 min)
+    python scripts/tour_figures.py --notes-only --out docs/tour   # stop 0's notes.png alone
+
+Stop 0's figure (notes.png) needs no run: it draws the notes' six-word example from its numbers.
 
 Every attention figure shares one colour scale, 0 to 1, and draws the cells a mask hides in grey:
 a hidden cell is not a weight of zero, it is no weight at all. Statistics are over dev sentences
@@ -33,6 +36,12 @@ from translate.tokens import BOS
 
 ROLES = (ENCODER_SELF, DECODER_SELF, CROSS)
 
+# The notes' worked example (note 001, lines 84-91; tests/models/test_notes.py holds the same):
+# "Your journey starts with one step", one 3-wide embedding per word.
+NOTES_WORDS = ["Your", "journey", "starts", "with", "one", "step"]
+NOTES_INPUTS = [[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
+                [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]]
+
 
 def modules_of(maps, role: str) -> list[str]:
     return sorted((m for m, (r, _) in maps.roles.items() if r == role),
@@ -47,6 +56,33 @@ def captured_qk(model, src: torch.Tensor, layer: int) -> tuple[torch.Tensor, tor
         model.encode(src)
     hook.remove()
     return attn.split_heads(attn.q_proj(seen["x"])), attn.split_heads(attn.k_proj(seen["x"]))
+
+
+def notes_figure(out: Path) -> None:
+    """Stop 0: the notes' six words, no model. The weights of the unscaled dot products
+    softmax(x x^T) (note 001, lines 196-201), and the same scores under the causal mask, each
+    cell's weight written in it. Both through the code's attention, its 1/sqrt(d) undone."""
+    plt = pyplot()
+    x = torch.tensor(NOTES_INPUTS)[None, None]  # (B=1, H=1, T=6, d=3)
+    q = x * math.sqrt(x.size(-1))  # the notes' first example does not scale: undo the code's
+    allowed = attention.causal_mask(x.size(2))  # (6, 6), True = may attend
+    _, full = attention.scaled_dot_product_attention(q, x, x)
+    _, causal = attention.scaled_dot_product_attention(q, x, x, allowed)
+    panels = [Heatmap("softmax(x xᵀ), unscaled, no mask: rows sum to 1", full[0, 0].numpy(),
+                      NOTES_WORDS, NOTES_WORDS, "keys", "queries"),
+              Heatmap("the same scores, causal mask: the future hidden", causal[0, 0].numpy(),
+                      NOTES_WORDS, NOTES_WORDS, "keys", "queries", (~allowed).numpy())]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4.4), layout="constrained")
+    for ax, panel in zip(axes, panels):
+        image = draw_heatmap(ax, panel)
+        for (row, col), weight in np.ndenumerate(panel.weights):
+            if panel.hidden is None or not panel.hidden[row, col]:
+                ax.text(col, row, f"{weight:.4f}", ha="center", va="center", fontsize=6,
+                        color="black" if weight > 0.6 else "white")
+    fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight (grey: masked)")
+    fig.suptitle("The notes' example: “Your journey starts with one step”, "
+                 "each word a 3-wide embedding", fontsize=9)
+    save_figure(fig, out / "notes.png")
 
 
 def qkv_figure(model, maps, src_ids: list[int], out: Path) -> None:
@@ -274,13 +310,22 @@ def exercise_figure(recipe: Path, data: str, out: Path, minutes: float) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("run_dir", type=Path, nargs="?", help="a trained Transformer run")
     ap.add_argument("--data", default="../shared/data/multi30k")
     ap.add_argument("--out", type=Path, default=Path("docs/tour"))
     ap.add_argument("--sentence", type=int, default=4, help="which dev sentence to draw")
     ap.add_argument("--exercise", action="store_true", help="also run the scale exercise")
     ap.add_argument("--exercise-minutes", type=float, default=3.0)
+    ap.add_argument("--notes-only", action="store_true",
+                    help="draw stop 0's notes.png alone, from the notes' numbers: no run needed")
     args = ap.parse_args()
+    if args.notes_only:
+        args.out.mkdir(parents=True, exist_ok=True)
+        notes_figure(args.out)
+        print(f"wrote {args.out / 'notes.png'}")
+        return
+    if args.run_dir is None:
+        ap.error("give RUN_DIR, a trained run to draw (or --notes-only)")
     torch.manual_seed(0)
     loaded = load_checkpoint(args.run_dir / "best.pt")
     model, tok = loaded.model.eval(), loaded.tokenizer
@@ -289,6 +334,7 @@ def main() -> None:
     maps = attention_maps(model, tok, src[args.sentence], loaded.recipe.decode)
     print(f"drawing “{src[args.sentence]}” -> “{maps.translation}”")
     args.out.mkdir(parents=True, exist_ok=True)
+    notes_figure(args.out)
     qkv_figure(model, maps, tok.encode_src([src[args.sentence]])[0], args.out)
     masks_figure(model, tok, maps, src[args.sentence], min(src[:40], key=len), args.out)
     heads_figure(maps, args.out)
