@@ -22,7 +22,7 @@ IDEAS = ("averaging the past", "queries, keys and values", "1/√d scale",
          "causal mask and the padding mask", "softmax and dropout", "one head, then many",
          "feed-forward", "residuals and pre-norm", "positions", "encoder", "masked self-attention",
          "cross-attention", "additive attention", "training step", "beam search", "kv cache",
-         "remove the scale")
+         "remove the scale", "what changed since 2017")
 
 
 def defines(source: str, symbol: str) -> bool:
