@@ -3,6 +3,7 @@
     python benchmarks/ab_train.py REV_A REV_B --data ../shared/data/multi30k \
         --precisions fp32,auto --rounds 7 --steps 6 --json ab_train.json
     python benchmarks/ab_train.py REV_A REV_B ... --recipe recipes/multi30k/rnn_bahdanau.yaml
+    python benchmarks/ab_train.py REV_A REV_B ... --set model.positions=rope   # an option on
     python benchmarks/ab_train.py FOLDER_A FOLDER_B --device cuda --precisions bf16 ...
 
 A revision may also be a folder holding a copy of the repository (`git archive REV translate
@@ -41,8 +42,9 @@ RECIPE = "recipes/multi30k/transformer.yaml"
 
 
 def trainer(name: str, rev: str, data: str, precision: str, run_dir: Path, recipe: str = RECIPE,
-            device: str = "cpu"):
-    """Revision `rev`'s Trainer (exported as package `name`) for its copy of `recipe`."""
+            device: str = "cpu", overrides: tuple[str, ...] = ()):
+    """Revision `rev`'s Trainer (exported as package `name`) for its copy of `recipe`, with the
+    recipe `overrides` ("key=value")."""
     recipe_file = run_dir / "recipe.in.yaml"
     if Path(rev).is_dir():
         recipe_file.write_bytes((Path(rev) / recipe).read_bytes())
@@ -52,7 +54,7 @@ def trainer(name: str, rev: str, data: str, precision: str, run_dir: Path, recip
     config = importlib.import_module(f"{name}.config")
     training = importlib.import_module(f"{name}.training")
     recipe = config.load_recipe(recipe_file, [f"data.dataset={data}",
-                                              f"train.precision={precision}"])
+                                              f"train.precision={precision}", *overrides])
     if hasattr(training, "build_trainer") or "data" in inspect.signature(
             training.Trainer).parameters:  # prepared data passed in
         build = getattr(training, "build_trainer", training.Trainer)
@@ -123,6 +125,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6,
                     help="batches, each trained on by both revisions every round")
     ap.add_argument("--recipe", default=RECIPE, help="path in the repository (default: %(default)s)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="a recipe override for both revisions, e.g. model.positions=rope")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU)")
     ap.add_argument("--json", type=Path)
@@ -137,7 +141,8 @@ def main() -> None:
         export(rev, names[label], tmp)
     # where collate lives: translate.data.batch, translate.batching, or translate.data before
     batching = first_module(names["A"], "data.batch", "batching", "data")
-    report = {"rev_a": args.rev_a, "rev_b": args.rev_b, "device": args.device, "results": {}}
+    report = {"rev_a": args.rev_a, "rev_b": args.rev_b, "device": args.device,
+              "overrides": args.overrides, "results": {}}
     for precision in args.precisions.split(","):
         trainers = {}
         for label, name in names.items():
@@ -145,7 +150,7 @@ def main() -> None:
             run_dir.mkdir()
             trainers[label] = trainer(name, getattr(args, f"rev_{label.lower()}"),
                                       str(Path(args.data).resolve()), precision, run_dir,
-                                      args.recipe, args.device)
+                                      args.recipe, args.device, tuple(args.overrides))
         same_weights(trainers["A"], trainers["B"], names["B"])
         torch.set_num_threads(args.threads)  # a recipe's train.threads may have changed it
         a = trainers["A"]

@@ -14,13 +14,13 @@ from translate.config import TrainConfig
 from translate.engine import FAST, PLAIN, fast_engine, resolve_engine
 from translate.fast import accelerate
 from translate.fast.attention import (FastMultiHeadAttention, explicit_attention,
-                                      explicit_is_faster, sdpa)
+                                      explicit_is_faster, rotate_complex, sdpa)
 from translate.fast.layers import ByteDropout, random_bytes
 from translate.fast.linear import PackedLinear, PackedWeights, linear
 from translate.fast.search import topk_rows
 from translate.inference import decode_sentences
 from translate.models import RNNConfig, TransformerConfig, build_model
-from translate.models.attention import MultiHeadAttention, padding_mask
+from translate.models.attention import MultiHeadAttention, padding_mask, rotate
 from translate.ready import Ready
 from translate.search import beam_search, greedy_search
 from translate.training.optim import make_optimizer
@@ -226,6 +226,28 @@ def test_the_attention_options_run_in_the_fast_engine_as_in_the_textbook(options
                                                      for n in grads) == ("qk_norm" in options)
     for name, g in grads.items():
         torch.testing.assert_close(fast_grads[name], g, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("past", [0, 7])
+def test_the_complex_rotation_is_the_textbooks_and_so_is_its_gradient(dtype, past):
+    """Queries laid out as split_heads leaves them (a transposed view) turned by one complex
+    product equal the textbook's `rotate`, values and gradients, at any first position."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 3, 8).to(dtype)  # (B, L, H, Dh)
+    mine = x.clone().transpose(1, 2).requires_grad_()  # (B, H, L, Dh), not contiguous
+    theirs = x.clone().transpose(1, 2).requires_grad_()
+    positions = torch.arange(past, past + 5)
+    out, expected = rotate_complex(mine, past), rotate(theirs, positions)
+    assert out.dtype == dtype and out.shape == expected.shape
+    tolerance = dict(atol=1e-6, rtol=1e-6) if dtype == torch.float32 else dict(atol=2e-2, rtol=0)
+    torch.testing.assert_close(out, expected, **tolerance)
+    upstream = torch.randn(expected.shape).to(dtype)
+    (out * upstream).sum().backward()
+    (expected * upstream).sum().backward()
+    torch.testing.assert_close(mine.grad, theirs.grad, **tolerance)
+    assert not torch.equal(out, mine.detach())  # it turned something: position 0 alone is kept
+    torch.testing.assert_close(rotate_complex(mine, 0)[:, :, 0], mine.detach()[:, :, 0])
 
 
 def test_auto_engine_is_fast_on_the_cpu_and_names_are_checked():

@@ -10,7 +10,9 @@ What it changes, each measured on a 2-core CPU (docs/results.md):
     instead of copying the memory per beam;
   - the self-attention cache keeps K and V in one tensor and defers beam search's reordering to
     the next step, which picks and appends in one copy;
-  - on the CPU the fused kernel runs in fp32 under bf16 autocast (several times faster there).
+  - on the CPU the fused kernel runs in fp32 under bf16 autocast (several times faster there);
+  - rotary positions turn each channel pair as one complex product (`rotate_complex`), not
+    the textbook's slices, products and re-interleaving.
 
 Shapes: B query rows, Bc context rows (B = Bc * G, G beams per sentence), T queries, S keys,
 D model width, H heads, Dh = D / H.
@@ -25,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from translate.fast.linear import NoPickledPacks, linear
-from translate.models.attention import MultiHeadAttention, causal_mask
+from translate.models.attention import MultiHeadAttention, causal_mask, rotary_tables
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
@@ -140,12 +142,22 @@ class MemoryKV:
                           for t in (self.k, self.v, self.bias)))
 
 
+def rotate_complex(t: torch.Tensor, past: int) -> torch.Tensor:
+    """The textbook's `rotate` of (..., L, Dh) queries or keys to positions past .. past + L - 1,
+    as one product: channel pair (2i, 2i+1) read as the complex number x + iy, times
+    cos + i sin of its angle, is (x cos - y sin) + i (x sin + y cos), the pair turned."""
+    positions = torch.arange(past, past + t.size(-2), device=t.device)
+    turn = torch.complex(*rotary_tables(positions, t.size(-1)))  # (L, Dh/2): cos + i sin
+    pairs = torch.view_as_complex(t.float().unflatten(-1, (-1, 2)))  # (..., L, Dh/2)
+    return torch.view_as_real(pairs * turn).flatten(-2).to(t.dtype)  # (..., L, Dh)
+
+
 class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
     """MultiHeadAttention with the fast engine's ways (module docstring); the same parameters.
 
     Caches are `PackedKVCache` (self-attention) and `MemoryKV` (cross-attention). The options
-    qk_norm and rope run the textbook's `norm_and_rotate` on the queries and on the keys before
-    they are kept.
+    qk_norm and rope normalise and rotate the queries and the keys before they are kept, as the
+    textbook's `norm_and_rotate` does, the rotation a complex product (`rotate_complex`).
     """
 
     fuse_qkv = True  # set by translate.fast.accelerate (its `fuse_qkv` option)
@@ -177,6 +189,13 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
             out = sdpa(q, k, v, mask, self.dropout if self.training else 0.0, causal)
         out = out.transpose(1, 2).reshape(B, T, D)  # (Bc, G * T, H, Dh) -> (B, T, D)
         return self.out_proj(out)
+
+    def norm_and_rotate(self, t: torch.Tensor, norm: Optional[nn.RMSNorm], past: int
+                        ) -> torch.Tensor:
+        """The textbook's, rotating by `rotate_complex`."""
+        if norm is not None:  # in fp32, then in V's dtype again, as the textbook
+            t = norm(t.float()).to(t.dtype)
+        return rotate_complex(t, past) if self.rope else t
 
     def _memory_bias(self, cache: MemoryKV, mask: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """The memory's mask as an additive (Bc, H, 1, S) bias, made once per sentence."""
