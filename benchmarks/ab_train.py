@@ -64,6 +64,14 @@ def trainer(name: str, rev: str, data: str, precision: str, run_dir: Path, recip
     return training.Trainer(recipe, run_dir, device=device, progress=False)
 
 
+def resolved_precision(trainer) -> str:
+    """The precision `trainer` runs in (`auto` resolved): the Trainer kept it before the batch
+    loss did."""
+    if hasattr(trainer, "precision"):
+        return trainer.precision
+    return trainer.updater.batch_loss.precision
+
+
 def same_weights(a, b, b_name: str) -> None:
     """Give trainer b trainer a's weights (and weight average), upgraded to b's format."""
     upgrade = getattr(importlib.import_module(f"{b_name}.checkpoint"), "upgrade_state_dict",
@@ -164,9 +172,9 @@ def main() -> None:
             for batch in batches:
                 step_loss(trainers[label], batch)
         row = ab_rounds(trainers, batches, args.rounds)
-        row["precision"] = a.precision
+        row["precision"] = resolved = resolved_precision(a)
         report["results"][precision] = row
-        print(f"{precision} ({a.precision}): {speeds(row, 'tok_per_s', 'target tok/s', 0)}; "
+        print(f"{precision} ({resolved}): {speeds(row, 'tok_per_s', 'target tok/s', 0)}; "
               f"largest loss difference {row['max_loss_difference']:.2e}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

@@ -37,3 +37,20 @@ def test_a_revision_and_its_folder_export_the_same_package(tmp_path):
         assert text.replace("rev_pkg", "folder_pkg") == by_folder[name], name
     cli = by_folder["cli.py"]
     assert "from folder_pkg." in cli and "from translate." not in cli
+
+
+def test_ab_train_reads_the_precision_todays_trainer_runs_in(recipe_path, small_data, tmp_path):
+    """ab_train.py names the precision each revision trained in: today's Trainer keeps it in
+    its batch loss, with `auto` resolved (this CPU's choice, whichever it is)."""
+    import torch
+
+    from helpers.training import tiny_trainer
+    from translate.hardware import resolve_precision
+
+    spec = importlib.util.spec_from_file_location("ab_train", ROOT / "benchmarks/ab_train.py")
+    ab_train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab_train)  # it puts benchmarks/ on the path for ab_decode
+    for precision in ("fp32", "auto"):
+        trainer = tiny_trainer(recipe_path, small_data, tmp_path / precision,
+                               f"train.precision={precision}")
+        assert ab_train.resolved_precision(trainer) == resolve_precision(precision, torch.device("cpu"))
