@@ -2,8 +2,12 @@
 
     python scripts/tour_figures.py RUN_DIR --data ../shared/data/multi30k --out docs/tour
     python scripts/tour_figures.py RUN_DIR ... --exercise     # also the scale exercise (~7 min)
+    python scripts/tour_figures.py RUN_DIR ... --rnn RNN_RUN  # also the RNN's alignment
+    python scripts/tour_figures.py RUN_DIR ... --export FOLDER  # the model, for the notebook
     python scripts/tour_figures.py --notes-only --out docs/tour   # stop 0's notes.png alone
 
+Each stop draws its own figure, the stop's name in the function's docstring. The cross-attention
+forming over training (forming.png) reads the run's step checkpoints, one per validation.
 Stop 0's figure (notes.png) needs no run: it draws the notes' six-word example from its numbers.
 
 Every attention figure shares one colour scale, 0 to 1, and draws the cells a mask hides in grey:
@@ -102,6 +106,164 @@ def qkv_figure(model, maps, src_ids: list[int], out: Path) -> None:
     fig.suptitle("Encoder layer 1: how much each query (row) takes from each key (column)",
                  fontsize=9)
     save_figure(fig, out / "qkv.png")
+
+
+def softmax_figure(model, maps, src_ids: list[int], out: Path, p: float = 0.3) -> None:
+    """Stop 4: one query's scores, their softmax, and three draws of dropout at rate `p` on
+    those weights (kept weights scaled by 1 / (1 - p)), as `model.attn_dropout` would in
+    training."""
+    plt = pyplot()
+    q, k = captured_qk(model, torch.tensor([src_ids]), 0)
+    row = min(2, q.size(2) - 1)
+    scores = (q[0, 0, row] @ k[0, 0].T / math.sqrt(q.size(-1))).detach()  # (S,)
+    weights = torch.softmax(scores, dim=-1)
+    generator = torch.Generator().manual_seed(0)
+    dropped = [weights * (torch.rand(weights.shape, generator=generator) >= p) / (1 - p)
+               for _ in range(3)]
+    pieces = maps.src_pieces
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), layout="constrained", sharex=True)
+    x = np.arange(len(pieces))
+    axes[0].bar(x, scores.numpy(), color="tab:gray")
+    axes[0].set_title("scores q·k / √Dh of one query", fontsize=9)
+    axes[1].bar(x, weights.numpy())
+    axes[1].set_title(f"softmax: weights summing to {float(weights.sum()):.2f}", fontsize=9)
+    axes[1].set_ylim(0, 1)
+    for i, d in enumerate(dropped):
+        axes[2].bar(x + (i - 1) * 0.27, d.numpy(), 0.27, label=f"draw {i + 1}")
+    axes[2].set_title(f"dropout {p:g} in training: zeroed, the rest x {1 / (1 - p):.2f}",
+                      fontsize=9)
+    axes[2].legend(fontsize=7)
+    for ax in axes:
+        ax.set_xticks(x, pieces, rotation=90, fontsize=7)
+    fig.suptitle(f"Encoder layer 1, head 1, the query “{pieces[row]}”", fontsize=9)
+    save_figure(fig, out / "softmax.png")
+
+
+def split_figure(maps, out: Path) -> None:
+    """Stop 5: the heads of the first cross-attention layer side by side, and their average."""
+    module = modules_of(maps, CROSS)[0]
+    heads = maps.weights[module].size(0)
+    plot_heatmaps([[heatmap(maps, module, h) for h in range(heads)] + [heatmap(maps, module)]],
+                  out / "split.png", "One layer, H heads: each its own slice, its own reading",
+                  max_columns=heads + 1)
+
+
+def ffn_figure(model, batches: list[torch.Tensor], src_ids: list[int], pieces: list[str],
+               out: Path) -> None:
+    """Stop 6: the feed-forward network's hidden layer. One sentence's activations in encoder
+    layer 1 (a row per position), and the share of hidden units each token switches on, by
+    layer, over dev sentences."""
+    plt = pyplot()
+    seen: dict[int, list[torch.Tensor]] = {}
+    hooks = [layer.ffn.fc1.register_forward_hook(
+        lambda m, a, o, i=i: seen.setdefault(i, []).append(torch.relu(o).detach()))
+        for i, layer in enumerate(model.encoder_layers)]
+    with torch.no_grad():
+        model.encode(torch.tensor([src_ids]))
+        one = seen[0][0][0]  # (S, hidden)
+        seen.clear()
+        for src in batches:
+            model.encode(src)
+    for hook in hooks:
+        hook.remove()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4), layout="constrained",
+                             gridspec_kw={"width_ratios": [2, 1]})
+    image = axes[0].imshow(one[:, :128].numpy(), aspect="auto", cmap="magma")
+    axes[0].set_yticks(range(len(pieces)), pieces, fontsize=7)
+    axes[0].set_xlabel("hidden unit (the first 128)")
+    axes[0].set_title("encoder layer 1: ReLU(W1 x + b1), the same network at every position",
+                      fontsize=9)
+    fig.colorbar(image, ax=axes[0], shrink=0.8)
+    for i, outputs in sorted(seen.items()):
+        real = torch.cat([o[src != 0] for o, src in zip(outputs, batches)])  # (N, hidden)
+        share = (real > 0).float().mean(-1).numpy()
+        axes[1].hist(share, bins=30, range=(0, 0.3), alpha=0.6,
+                     label=f"layer {i + 1}: median {np.median(share):.0%}")
+    axes[1].set_xlabel("share of hidden units on, per source token")
+    axes[1].set_ylabel("tokens")
+    axes[1].legend(fontsize=7)
+    save_figure(fig, out / "ffn.png")
+
+
+def forming_figure(run_dir: Path, sentence: str, translation: str, out: Path) -> None:
+    """Stop 11: cross-attention forming over training. The last cross-attention layer (heads
+    averaged) reading `sentence` while it writes `translation` (teacher-forced), at each step
+    checkpoint the run kept (one per validation), on one colour scale."""
+    steps = sorted(run_dir.glob("step_*.pt"), key=lambda f: int(f.stem.split("_")[1]))
+    if not steps:
+        raise SystemExit(f"{run_dir} keeps no step checkpoints (step_*.pt) to draw from")
+    panels = []
+    for checkpoint in steps:
+        loaded = load_checkpoint(checkpoint)
+        maps = attention_maps(loaded.model.eval(), loaded.tokenizer, sentence,
+                              loaded.recipe.decode, target=translation)
+        module = modules_of(maps, CROSS)[-1]
+        panels.append(replace(heatmap(maps, module), title=f"step {loaded.step}"))
+    plot_heatmaps([panels], out / "forming.png",
+                  "The last cross-attention layer at each validation of the run",
+                  max_columns=len(panels))
+
+
+def alignment_figure(rnn_run: Path, maps, sentence: str, out: Path) -> None:
+    """Stop 13: the attention RNN's alignment (one distribution per output word) on the left,
+    the Transformer's last cross-attention layer (heads averaged) on the right, both reading
+    `sentence` while writing the Transformer's translation (teacher-forced), one colour scale."""
+    loaded = load_checkpoint(rnn_run / "best.pt")
+    rnn = attention_maps(loaded.model.eval(), loaded.tokenizer, sentence, loaded.recipe.decode,
+                         target=maps.translation)
+    [module] = rnn.weights
+    left = replace(heatmap(rnn, module), title="attention RNN: vᵀ tanh(W s + U h)")
+    right = replace(heatmap(maps, modules_of(maps, CROSS)[-1]),
+                    title="Transformer: last cross-attention layer, heads averaged")
+    plot_heatmaps([[left, right]], out / "alignment.png",
+                  f"“{maps.translation}”: the RNN (left) and the Transformer (right)",
+                  max_columns=2)
+
+
+def encoder_figure(maps, out: Path) -> None:
+    """Stop 9: every layer of the encoder's self-attention, heads averaged: no mask, every
+    position reads every other."""
+    modules = modules_of(maps, ENCODER_SELF)
+    plot_heatmaps([[heatmap(maps, module) for module in modules]], out / "encoder.png",
+                  "The encoder: no causal mask, each source piece reads the whole source",
+                  max_columns=len(modules))
+
+
+def words_figure(model, tok, maps, src_ids: list[int], out: Path, top: int = 6) -> None:
+    """Stop 12: the distribution over the vocabulary at four output positions of one
+    translation (the top pieces), and where the model's parameters are."""
+    plt = pyplot()
+    tgt_in = torch.tensor([[tok.tgt.piece_to_id(p) for p in maps.tgt_in_pieces]])  # BOS first
+    with torch.no_grad():
+        probs = model(torch.tensor([src_ids]), tgt_in)[0].float().softmax(-1)  # (T, V)
+    positions = np.linspace(0, probs.size(0) - 1, 4).round().astype(int)
+    fig = plt.figure(figsize=(12, 3.4), layout="constrained")
+    grid = fig.add_gridspec(1, 5)
+    for n, t in enumerate(positions):
+        ax = fig.add_subplot(grid[0, n])
+        p, ids = probs[t].topk(top)
+        ax.barh(np.arange(top)[::-1], p.numpy())
+        ax.set_yticks(np.arange(top)[::-1], [tok.tgt.id_to_piece(int(i)) for i in ids],
+                      fontsize=7)
+        ax.set_xlim(0, 1)
+        ax.set_title(f"after “{maps.tgt_in_pieces[t]}”", fontsize=8)
+        ax.set_xlabel("probability", fontsize=7)
+    cfg = model.cfg
+    D, V = cfg.d_model, model.output.weight.size(0)
+    total = sum(p.numel() for p in model.parameters())
+    embedding = model.output.weight.numel()
+    encoder = sum(p.numel() for p in model.encoder_layers.parameters())
+    decoder = sum(p.numel() for p in model.decoder_layers.parameters())
+    parts = {"embeddings (tied)": embedding, "encoder layers": encoder,
+             "decoder layers": decoder, "final norms": total - embedding - encoder - decoder}
+    ax = fig.add_subplot(grid[0, 4])
+    ax.bar(range(len(parts)), [v / 1e6 for v in parts.values()])
+    ax.set_xticks(range(len(parts)), list(parts), rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("million parameters", fontsize=7)
+    ax.set_title(f"{total / 1e6:.1f}M parameters; one {V:,} x {D}\nmatrix reads and writes",
+                 fontsize=8)
+    fig.suptitle(f"“{maps.translation}”: softmax(states · Eᵀ) at four positions", fontsize=9)
+    save_figure(fig, out / "words.png")
 
 
 def scale_figure(model, batches: list[torch.Tensor], out: Path) -> None:
@@ -225,19 +387,34 @@ def positions_figure(model, out: Path) -> None:
     save_figure(fig, out / "positions.png")
 
 
-def training_figure(run_dir: Path, out: Path) -> None:
+def training_figure(run_dir: Path, out: Path, epsilon: float = 0.1, vocab: int = 8000) -> None:
+    """Stop 14: the run's training loss and dev BLEU, its learning rate as the schedule wrote
+    it, and the label-smoothed target the loss trains towards."""
     plt = pyplot()
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["kind"] == "train"]
     valid = [r for r in records if r["kind"] == "valid"]
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), layout="constrained")
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.2), layout="constrained")
     axes[0].plot([r["elapsed"] / 60 for r in train], [r["loss"] for r in train])
     axes[0].set_ylabel("training loss (NLL per token)")
     axes[1].plot([r["elapsed"] / 60 for r in valid], [r["dev_bleu"] for r in valid], marker="o")
     axes[1].set_ylabel("dev BLEU (greedy)")
-    for ax in axes:
+    axes[2].plot([r["elapsed"] / 60 for r in train], [r["lr"] for r in train])
+    axes[2].set_ylabel("learning rate: warm-up, then 1/√step")
+    for ax in axes[:3]:
         ax.set_xlabel("minutes")
         ax.grid(alpha=0.3)
+    shown = 12  # the gold piece and the first others of the V in the vocabulary
+    target = np.full(shown, epsilon / vocab)
+    target[3] += 1 - epsilon
+    axes[3].bar(range(shown), target, color=["tab:orange" if i == 3 else "tab:blue"
+                                               for i in range(shown)])
+    axes[3].set_yscale("log")
+    axes[3].set_xticks(range(shown), ["gold" if i == 3 else "" for i in range(shown)])
+    axes[3].set_xlabel(f"pieces of the vocabulary (12 of {vocab:,})")
+    axes[3].set_ylabel("target probability")
+    axes[3].set_title(f"label smoothing ε = {epsilon}: gold {1 - epsilon + epsilon / vocab:.4f},"
+                      f" every piece {epsilon / vocab:.1e}", fontsize=8)
     save_figure(fig, out / "training.png")
 
 
@@ -314,6 +491,10 @@ def main() -> None:
     ap.add_argument("--data", default="../shared/data/multi30k")
     ap.add_argument("--out", type=Path, default=Path("docs/tour"))
     ap.add_argument("--sentence", type=int, default=4, help="which dev sentence to draw")
+    ap.add_argument("--rnn", type=Path, help="a trained attention-RNN run, for the alignment")
+    ap.add_argument("--export", type=Path, metavar="FOLDER",
+                    help="also export the run's model (bf16, about 16 MB) for the notebook's "
+                         "TOUR_MODEL")
     ap.add_argument("--exercise", action="store_true", help="also run the scale exercise")
     ap.add_argument("--exercise-minutes", type=float, default=3.0)
     ap.add_argument("--notes-only", action="store_true",
@@ -335,24 +516,38 @@ def main() -> None:
     print(f"drawing “{src[args.sentence]}” -> “{maps.translation}”")
     args.out.mkdir(parents=True, exist_ok=True)
     notes_figure(args.out)
-    qkv_figure(model, maps, tok.encode_src([src[args.sentence]])[0], args.out)
+    src_ids = tok.encode_src([src[args.sentence]])[0]
+    qkv_figure(model, maps, src_ids, args.out)
+    softmax_figure(model, maps, src_ids, args.out)
     masks_figure(model, tok, maps, src[args.sentence], min(src[:40], key=len), args.out)
+    split_figure(maps, args.out)
     heads_figure(maps, args.out)
+    encoder_figure(maps, args.out)
     roles_figure(maps, args.out)
+    forming_figure(args.run_dir, src[args.sentence], maps.translation, args.out)
+    if args.rnn:
+        alignment_figure(args.rnn, maps, src[args.sentence], args.out)
+    words_figure(model, tok, maps, src_ids, args.out)
     ids = tok.encode_src(src[:256])
     batches = [pad([torch.tensor(i) for i in ids[b: b + 32]]) for b in range(0, 256, 32)]
+    ffn_figure(model, batches, src_ids, maps.src_pieces, args.out)
     scale_figure(model, batches, args.out)
     tgt = tok.encode_tgt(ref[:256])
     tgt_in = [pad([torch.tensor([BOS] + t[:-1]) for t in tgt[b: b + 32]])
               for b in range(0, 256, 32)]
     residual_figure(model, batches, tgt_in, args.out)
     positions_figure(model, args.out)
-    training_figure(args.run_dir, args.out)
+    training_figure(args.run_dir, args.out, loaded.recipe.train.label_smoothing,
+                    tok.tgt_vocab_size)
     search_figure(model, loaded, src[:500], ref[:500], args.out)
     if args.exercise:
         recipe = Path(__file__).resolve().parents[1] / "recipes/multi30k/transformer.yaml"
         final = exercise_figure(recipe, args.data, args.out, args.exercise_minutes)
         print("exercise, last logged training loss:", final)
+    if args.export:
+        from translate.export import export
+        done = export(args.run_dir / "best.pt", "inference", args.export, dtype="bf16")
+        print(f"exported the model to {done.out}: TOUR_MODEL={done.out} in the notebook")
     print(f"wrote the figures to {args.out}")
 
 

@@ -9,6 +9,8 @@ The package, a line a file or subpackage, each layer above the ones it may impor
     cli_options.py   options several commands share, and parameter types
     serve/           `translate serve`: the server, its batcher and its page
     api.py           the Python API: `Translator`, a trained model loaded once
+    toy.py           copy and reverse: toy tasks whose right attention is known, trained in a
+                     minute
     analysis/        comparison reports, attention maps, beam sweeps, time to quality, figures
     training/        `train()`: a recipe in, a run folder out
     export/          `translate export`: inference, CTranslate2 and transformers folders

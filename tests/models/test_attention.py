@@ -217,3 +217,42 @@ def test_rope_is_refused_in_cross_attention_and_for_an_odd_head_width():
         MultiHeadAttention(D, H, role=CROSS, rope=True)
     with pytest.raises(ValueError, match=r"d_model / heads \(36 / 4 = 9\) must be even"):
         MultiHeadAttention(36, 4, rope=True)
+
+
+# The tour's stop on heads, a check of its claim, run on the module and on a copy broken on purpose.
+
+def assert_h_heads_are_h_single_heads_side_by_side(attn: MultiHeadAttention):
+    """H heads are H one-head attentions, head h with rows h*Dh .. (h+1)*Dh of the Q, K
+    and V projections, their outputs side by side through one more projection."""
+    x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
+    Dh = D // H
+    outputs = []
+    for h in range(H):
+        rows = slice(h * Dh, (h + 1) * Dh)
+        head = MultiHeadAttention(Dh, 1, bias=attn.q_proj.bias is not None).eval()
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            mine, whole = getattr(head, proj), getattr(attn, proj)
+            mine.in_features = D
+            mine.weight = nn.Parameter(whole.weight[rows])  # (Dh, D): head h's slice
+            mine.bias = None if whole.bias is None else nn.Parameter(whole.bias[rows])
+        head.out_proj = nn.Identity()
+        outputs.append(head(x, context=memory, mask=padding_mask(SRC)))  # (B, T, Dh)
+    expected = attn.out_proj(torch.cat(outputs, dim=-1))  # (B, T, D)
+    torch.testing.assert_close(attn(x, context=memory, mask=padding_mask(SRC)), expected,
+                               atol=1e-5, rtol=1e-5, msg="H heads differ from H single heads")
+
+
+def test_h_heads_are_h_single_heads_side_by_side():
+    assert_h_heads_are_h_single_heads_side_by_side(make())
+
+
+def test_the_check_fails_on_heads_that_take_interleaved_channels(monkeypatch):
+    """Break the claim on purpose: a split that deals channels out in turn (channel c to head
+    c mod H) is no longer H single heads on contiguous slices."""
+    def interleaved(self, t):
+        B_, L, _ = t.shape
+        return t.view(B_, L, self.head_dim, self.heads).permute(0, 3, 1, 2)  # (B, H, L, Dh)
+
+    monkeypatch.setattr(MultiHeadAttention, "split_heads", interleaved)
+    with pytest.raises(AssertionError, match="single heads"):
+        assert_h_heads_are_h_single_heads_side_by_side(make())

@@ -102,3 +102,38 @@ def test_tiny_rnn_learns_real_data_and_round_trips(trained_rnn_run, small_data):
                           loaded.recipe.train.precision, PLAIN)
     again = translate_sentences(ready, src[:20], loaded.recipe.decode)
     assert again == hyps[:20]
+
+
+# The tour's stop on additive attention: a check of its claim, run on the model and on a copy
+# broken on purpose.
+
+def assert_each_output_word_gets_its_own_alignment(model):
+    """The decoder state s_{i-1} is the query, so each output word gets its own
+    distribution over the source: changing target input t moves the alignments of steps after
+    t and none before or at it."""
+    src, tgt = batch()
+    changed = tgt.clone()
+    changed[:, 2] = torch.where(tgt[:, 2] == 4, 5, 4)
+    with record_attention(model) as maps:
+        model(src, tgt)
+        model(src, changed)
+    steps = tgt.size(1)
+    before = torch.cat(maps["attention"][:steps], dim=1)  # (B, T, S)
+    after = torch.cat(maps["attention"][steps:], dim=1)
+    torch.testing.assert_close(after[:, :3], before[:, :3])
+    moved = (after[:, 3:] - before[:, 3:]).abs().amax()
+    assert moved > 1e-6, "the alignment does not follow the decoder state"  # untrained: small
+
+
+def test_each_output_word_gets_its_own_alignment():
+    assert_each_output_word_gets_its_own_alignment(make_model())
+
+
+def test_the_check_fails_on_a_score_blind_to_the_decoder_state(monkeypatch):
+    """Break the claim on purpose: a score that drops W s (the query) gives every output word
+    the same alignment, and the check fails."""
+    forward = AdditiveAttention.forward
+    monkeypatch.setattr(AdditiveAttention, "forward", lambda self, query, *args:
+                        forward(self, torch.zeros_like(query), *args))
+    with pytest.raises(AssertionError, match="does not follow the decoder state"):
+        assert_each_output_word_gets_its_own_alignment(make_model())

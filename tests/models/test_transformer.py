@@ -6,6 +6,7 @@ import torch
 
 from helpers.models import with_weights
 from helpers.training import take_steps, tiny_trainer
+from translate.analysis.attention import record_attention
 from translate.models import TransformerConfig, build_model, count_parameters
 from translate.models.transformer import Memory
 from translate.search import greedy_search
@@ -95,6 +96,30 @@ def test_tied_embeddings_share_one_matrix(model):
     assert model.output.weight is model.tgt_embed.tokens.weight
     untied = build_model(TransformerConfig(d_model=32, heads=4, tie_embeddings=False), V, V, True)
     assert count_parameters(untied) - count_parameters(model) > 0
+
+
+def test_a_state_becomes_a_word_through_the_final_norm_and_the_embedding_matrix(model):
+    """The tour's stop on states to words: logits are the decoder's final-normed states times
+    the target embedding matrix (tied), no bias; their softmax over the vocabulary is the
+    distribution the loss and the search read; and the embedding scales what it reads by
+    sqrt(D)."""
+    src, tgt = batch()
+    states, _ = model.decoder_states(tgt, model.init_state(model.encode(src)))  # (B, T, D)
+    layers = model.init_state(model.encode(src))
+    y = model.tgt_embed(tgt)
+    for layer, self_cache, cross_cache in zip(model.decoder_layers, layers.self_attn,
+                                              layers.cross_attn):
+        y = layer(y, layers.memory, self_cache, cross_cache)
+    torch.testing.assert_close(states, model.decoder_norm(y))  # the final norm, last
+    logits = states @ model.tgt_embed.tokens.weight.T  # (B, T, V): a score per piece
+    torch.testing.assert_close(model(src, tgt), logits)
+    assert model.output.bias is None
+    torch.testing.assert_close(logits.softmax(-1).sum(-1), torch.ones(tgt.shape))
+    ids = torch.tensor([[7]])
+    read = model.tgt_embed.tokens.weight[7] * 32 ** 0.5
+    table = model.tgt_embed.position_table()
+    expected = read if table is None else read + table[0]
+    torch.testing.assert_close(model.tgt_embed(ids)[0, 0], expected)
 
 
 def test_learned_positions_and_gelu_build_and_run():
@@ -247,3 +272,73 @@ def test_a_model_with_the_option_learns_real_data(key, value, recipe_path, small
     losses = [r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"]
     assert getattr(trainer.updater.model.cfg, key) == value and len(losses) == 25
     assert losses[0] > 6.5 and sum(losses[-5:]) / 5 < losses[0] - 1.0, losses
+
+
+# The tour's stops on the encoder and on cross-attention: each a check of its claim, run on
+# the model and on a copy of the code broken on purpose (the claim must then fail: a check
+# that cannot fail proves nothing).
+
+def assert_every_source_position_sees_every_other(model):
+    """The encoder's self-attention has no causal mask, so changing the last source
+    token changes the encoder's output at every position, the first included."""
+    src, _ = batch(S=6)
+    changed = src.clone()
+    changed[:, -1] = torch.where(src[:, -1] == 4, 5, 4)
+    before, after = model.encode(src).states, model.encode(changed).states  # (B, S, D)
+    moved = (after - before).abs().amax(dim=(0, 2))  # (S,): how far each position moved
+    assert torch.all(moved > 1e-4), f"positions the last source token cannot reach: {moved}"
+
+
+def assert_the_queries_come_from_the_target(model):
+    """Cross-attention weighs S source positions for each of T target positions, and
+    changing target token t moves the weights of positions t.. and no earlier ones."""
+    src, tgt = batch(S=6, T=4)  # S != T: a row per target position, a column per source one
+    with record_attention(model) as maps:
+        model(src, tgt)
+        changed = tgt.clone()
+        changed[:, 2] = torch.where(tgt[:, 2] == 4, 5, 4)
+        model(src, changed)
+    before, after = maps["decoder_layers.0.cross_attn"]  # (B, H, T, S) each
+    assert before.shape == (2, 4, 4, 6), f"cross-attention weights {tuple(before.shape)}"
+    torch.testing.assert_close(after[:, :, :2], before[:, :, :2])
+    assert not torch.allclose(after[:, :, 2:], before[:, :, 2:])
+
+
+def test_every_source_position_sees_every_other(model):
+    assert_every_source_position_sees_every_other(model)
+
+
+def test_the_check_fails_on_an_encoder_made_causal(model, monkeypatch):
+    """Break the claim on purpose: an encoder whose self-attention is causal fails the check."""
+    from translate.models.transformer import EncoderLayer
+
+    def causal_forward(self, x, src_mask):
+        x = x + self.dropout(self.self_attn(self.norm1(x), mask=src_mask, causal=True))
+        return x + self.dropout(self.ffn(self.norm2(x)))
+
+    monkeypatch.setattr(EncoderLayer, "forward", causal_forward)
+    with pytest.raises(AssertionError, match="cannot reach"):
+        assert_every_source_position_sees_every_other(model)
+
+
+def test_the_queries_come_from_the_target(model):
+    assert_the_queries_come_from_the_target(model)
+
+
+def test_the_check_fails_on_queries_taken_from_the_source(model, monkeypatch):
+    """Break the claim on purpose: cross-attention whose queries are the source (the keys and
+    values then the target) fails the check."""
+    from translate.models.attention import MultiHeadAttention
+
+    forward = MultiHeadAttention.forward
+
+    def swapped(self, x, context=None, **kwargs):
+        if context is None:
+            return forward(self, x, **kwargs)
+        kwargs.pop("mask"), kwargs.pop("cache")
+        out = forward(self, context, context=x)  # (B, S, D): a row per source position
+        return out.mean(dim=1, keepdim=True).expand_as(x)  # pooled to fit the residual
+
+    monkeypatch.setattr(MultiHeadAttention, "forward", swapped)
+    with pytest.raises(AssertionError, match="cross-attention weights"):
+        assert_the_queries_come_from_the_target(model)

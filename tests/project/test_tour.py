@@ -22,7 +22,7 @@ IDEAS = ("averaging the past", "queries, keys and values", "1/√d scale",
          "causal mask and the padding mask", "softmax and dropout", "one head, then many",
          "feed-forward", "residuals and pre-norm", "positions", "encoder", "masked self-attention",
          "cross-attention", "additive attention", "training step", "beam search", "kv cache",
-         "remove the scale", "what changed since 2017")
+         "remove the scale", "what changed since 2017", "from states to words")
 
 
 def defines(source: str, symbol: str) -> bool:
@@ -88,6 +88,17 @@ def test_every_stop_shows_code_a_test_and_a_figure_and_every_idea_has_one():
     assert [idea for idea in IDEAS if idea not in headings] == []
 
 
+def test_every_stop_has_a_figure_of_its_own():
+    """At least 16 stops, and no figure serves two of them."""
+    sections = stops((REPO / "docs/tour.md").read_text(encoding="utf-8"))
+    assert len(sections) >= 16
+    owners: dict[str, list[str]] = {}
+    for heading, body in sections.items():
+        for image in {m["path"] for m in IMAGE.finditer(body)}:
+            owners.setdefault(image, []).append(heading)
+    assert {image: headings for image, headings in owners.items() if len(headings) > 1} == {}
+
+
 def test_a_renamed_function_breaks_the_tour(tmp_path):
     """Renaming a function the tour names (in a copy) is caught, naming the link."""
     for folder in ("translate", "tests"):
@@ -113,12 +124,19 @@ def test_the_tour_figures_draw(small_data, tmp_path):
     rows = read_jsonl(small_data / "train.jsonl", 40)
     sentence, short = rows[0]["en"], min((r["en"] for r in rows), key=len)
     maps = attention_maps(model, tok, sentence, DecodeConfig(max_len_b=6))
-    tour.qkv_figure(model, maps, tok.encode_src([sentence])[0], tmp_path)
+    src_ids = tok.encode_src([sentence])[0]
+    batches = [pad([torch.tensor(ids) for ids in tok.encode_src([r["en"] for r in rows[:8]])])]
+    tour.qkv_figure(model, maps, src_ids, tmp_path)
+    tour.softmax_figure(model, maps, src_ids, tmp_path)
     tour.masks_figure(model, tok, maps, sentence, short, tmp_path)
+    tour.split_figure(maps, tmp_path)
     tour.heads_figure(maps, tmp_path)
+    tour.encoder_figure(maps, tmp_path)
     tour.roles_figure(maps, tmp_path)
-    tour.scale_figure(model, [pad([torch.tensor(ids) for ids in
-                                   tok.encode_src([r["en"] for r in rows[:8]])])], tmp_path)
+    tour.words_figure(model, tok, maps, src_ids, tmp_path)
+    tour.ffn_figure(model, batches, src_ids, maps.src_pieces, tmp_path)
+    tour.scale_figure(model, batches, tmp_path)
     tour.notes_figure(tmp_path)
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [
-        "heads.png", "masks.png", "notes.png", "qkv.png", "roles.png", "scale.png"]
+        "encoder.png", "ffn.png", "heads.png", "masks.png", "notes.png", "qkv.png", "roles.png",
+        "scale.png", "softmax.png", "split.png", "words.png"]
