@@ -48,6 +48,9 @@ def batch(v_tgt: int):
     (False, {"tie_embeddings": False}),  # separate vocabularies, untied embeddings
     (True, {"norm": "rmsnorm", "activation": "swiglu"}),  # CT2's rms_norm and ffn_glu
     (False, {"norm": "rmsnorm", "qkv_bias": False, "tie_embeddings": False}),
+    (True, {"positions": "rope"}),  # CT2's rotary self-attention, channel pairs interleaved
+    (False, {"positions": "rope", "norm": "rmsnorm", "activation": "swiglu",
+             "tie_embeddings": False}),
 ])
 def test_ctranslate2_log_probs_and_greedy_equal_ours(joint, overrides, tmp_path):
     model = tiny(joint, **overrides)

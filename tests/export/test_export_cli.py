@@ -14,6 +14,7 @@ from helpers.models import untrained_model
 from translate.checkpoint import load_checkpoint, save_checkpoint
 from translate.cli import main
 from translate.config import load_recipe
+from translate.export.peer import WHY
 from translate.inference import translate_sentences
 from translate.models import build_model
 from translate.ready import Ready
@@ -100,9 +101,11 @@ def options_checkpoint(small_data, tmp_path_factory):
     return path
 
 
-def test_rope_and_qk_norm_export_to_inference_only(options_checkpoint, small_data, tmp_path):
+def test_rope_and_qk_norm_export_to_inference_and_the_peer_formats_refuse_qk_norm(
+        options_checkpoint, small_data, tmp_path):
     """The inference folder holds the options (config.json's model) and translates as the
-    checkpoint does, greedy and beam 4; the peer formats refuse them in one line."""
+    checkpoint does, greedy and beam 4; the peer formats refuse QK-norm in one line (CTranslate2
+    holds rope alone: tests/export/test_ctranslate2.py)."""
     result = run(str(options_checkpoint), "-o", str(tmp_path / "model"))
     assert result.exit_code == 0, result.output
     loaded, original = load_checkpoint(tmp_path / "model"), load_checkpoint(options_checkpoint)
@@ -116,14 +119,14 @@ def test_rope_and_qk_norm_export_to_inference_only(options_checkpoint, small_dat
         cfg = replace(original.recipe.decode, beam=beam, max_len_b=5)
         assert (translate_sentences(Ready(loaded.model, loaded.tokenizer), sources, cfg)
                 == translate_sentences(Ready(original.model, original.tokenizer), sources, cfg))
-    for fmt in ("ctranslate2", "hf"):
+    for fmt, options in (("ctranslate2", "model.qk_norm: true"),
+                         ("hf", "model.positions: rope, model.qk_norm: true")):
         if importlib.util.find_spec({"hf": "transformers"}.get(fmt, fmt)) is None:
             continue
         output = one_error(run(str(options_checkpoint), "--format", fmt, "-o",
                                str(tmp_path / fmt)))
-        assert (f"--format {fmt} converts a Transformer with positions added to its embeddings "
-                f"and plain attention; this model has model.positions: rope, model.qk_norm: "
-                f"true: export it with --format inference") in output
+        assert output == (f"Error: --format {fmt} cannot hold {options} ({WHY[fmt]}): export "
+                          f"it with --format inference\n")
         assert not (tmp_path / fmt).exists()
 
 

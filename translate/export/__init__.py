@@ -9,8 +9,9 @@
                  `AutoModelForSeq2SeqLM` load (translate.export.hf)
 
 Every format holds the checkpoint's `model` weights: the EMA (or averaged) ones where training
-kept them. The peer formats (ctranslate2, hf) refuse, in one line, a Transformer with an option
-their converters do not write (`peer.UNCONVERTED`: rope positions, qk_norm); inference holds any.
+kept them. The peer formats refuse, in one line, a Transformer with an option their converters
+do not write (`peer.UNCONVERTED`: hf has no rope positions or qk_norm; ctranslate2 holds rope,
+not qk_norm); inference holds any.
 The folder is written under a temporary name and renamed into place whole, so a failed export
 leaves nothing behind.
 

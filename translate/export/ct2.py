@@ -3,11 +3,12 @@ it as `translate decode` runs ours.
 
 The conversion is exact (to float rounding): pre-norm layers with final LayerNorms or RMSNorms
 and our epsilon, sqrt(D)-scaled embeddings, our position table (sinusoidal or learned) written
-into CTranslate2's position encodings, Q/K/V fused as CTranslate2 wants them (one (3D, D) matrix
-for self-attention; Q, and K/V fused, for cross-attention), ReLU, GELU or the gated SwiGLU
-feed-forward network, joint or separate vocabularies, tied or untied embeddings (CTranslate2
-has no ReLU²: such a model is refused). CTranslate2 appends the source EOS itself
-(`add_source_eos`): a user passes SentencePiece pieces, nothing else.
+into CTranslate2's position encodings or, for rope, CTranslate2's rotary self-attention (channel
+pairs interleaved, base 10000; cross-attention unrotated, as ours), Q/K/V fused as CTranslate2
+wants them (one (3D, D) matrix for self-attention; Q, and K/V fused, for cross-attention), ReLU,
+GELU or the gated SwiGLU feed-forward network, joint or separate vocabularies, tied or untied
+embeddings (CTranslate2 has no ReLU²: such a model is refused). CTranslate2 appends the source
+EOS itself (`add_source_eos`): a user passes SentencePiece pieces, nothing else.
 
 Where CTranslate2's search is not ours, and what `decode` asks of `translate_batch` for it:
   - Length limit: ours is per sentence, a * |src| + b tokens (|src| with EOS; 1.5 and 10 by
@@ -100,10 +101,18 @@ def _transformer_spec(model: nn.Module):
         raise ExportError(f"--format ctranslate2 cannot hold model.activation: "
                           f"{cfg.activation} (CTranslate2 has no such activation); export this "
                           f"model with --format inference")
-    spec = transformer_spec.TransformerSpec.from_config(
-        (cfg.encoder_layers, cfg.decoder_layers), cfg.heads, pre_norm=True,
-        activation=act[cfg.activation], ffn_glu=cfg.activation in GATED,
-        rms_norm=cfg.norm == "rmsnorm", with_relative_position=False)
+    rope = cfg.positions == "rope"
+    shape = dict(pre_norm=True, activation=act[cfg.activation], ffn_glu=cfg.activation in GATED,
+                 rms_norm=cfg.norm == "rmsnorm",
+                 # rope: self-attention turns channel pairs (2i, 2i+1), CT2's interleaved layout
+                 rotary_dim=cfg.d_model // cfg.heads if rope else None, rotary_interleave=True)
+    try:
+        spec = transformer_spec.TransformerSpec(
+            transformer_spec.TransformerEncoderSpec(cfg.encoder_layers, cfg.heads, **shape),
+            transformer_spec.TransformerDecoderSpec(cfg.decoder_layers, cfg.heads, **shape))
+    except TypeError as e:  # a CTranslate2 before rotary encoders
+        raise ExportError(f"this ctranslate2 cannot hold model.positions: {cfg.positions} "
+                          f"({e}); pip install -U ctranslate2") from e
     spec.config.layer_norm_epsilon = model.encoder_norm.eps  # CT2's default differs
     spec.config.add_source_eos = True  # our encoder reads pieces + EOS
     return spec
@@ -115,8 +124,9 @@ def _copy_weights(spec, model: nn.Module) -> None:
     enc, dec = spec.encoder, spec.decoder
     enc.embeddings[0].weight = _array(model.src_embed.tokens.weight)
     dec.embeddings.weight = _array(model.tgt_embed.tokens.weight)
-    enc.position_encodings.encodings = _array(model.src_embed.position_table())
-    dec.position_encodings.encodings = _array(model.tgt_embed.position_table())
+    if model.cfg.positions != "rope":  # rope adds nothing: its attention rotates q and k
+        enc.position_encodings.encodings = _array(model.src_embed.position_table())
+        dec.position_encodings.encodings = _array(model.tgt_embed.position_table())
     enc.scale_embeddings = dec.scale_embeddings = True  # by sqrt(D)
     for s, layer in zip(enc.layer, model.encoder_layers):
         _attention(s.self_attention, layer.self_attn, layer.norm1, cross=False)

@@ -17,23 +17,26 @@ class ExportError(ValueError):
     """A model or an option the chosen format cannot take; the message says why."""
 
 
-# Transformer options the peer formats' converters do not write, with the value each refuses:
-# Pegasus (hf) has neither rotary positions nor QK-norm, and the CTranslate2 spec written here is
-# the encoder-decoder one with position tables added to the embeddings and plain attention.
-UNCONVERTED = {"positions": "rope", "qk_norm": True}
+# Transformer options each peer format's converter does not write, with the value it refuses:
+# Pegasus (hf) has neither rotary positions nor QK-norm. CTranslate2 has rotary self-attention
+# (ct2.py writes it); its QK-norm matches ours in self-attention but not in cross-attention
+# (log-probabilities 0.4 apart with every norm scale 1, CTranslate2 4.8.5), so it is refused.
+UNCONVERTED = {"hf": {"positions": "rope", "qk_norm": True},
+               "ctranslate2": {"qk_norm": True}}
+WHY = {"hf": "Pegasus adds positions to its embeddings and has plain attention",
+       "ctranslate2": "CTranslate2's cross-attention normalises queries and keys otherwise"}
 
 
 def transformer_only(model: nn.Module, fmt: str) -> Transformer:
     """`model`, if the peer format `fmt` can hold it: the Transformer, not the RNN, without the
-    options in UNCONVERTED."""
+    options UNCONVERTED lists for `fmt`."""
     if not isinstance(model, Transformer):
         raise ExportError(f"--format {fmt} converts only the Transformer: {fmt} has no "
                           f"counterpart for the RNN's recurrent layers, additive attention and "
                           f"maxout output; export the RNN with --format inference")
-    options = [f"model.{key}: {str(value).lower()}" for key, value in UNCONVERTED.items()
+    options = [f"model.{key}: {str(value).lower()}" for key, value in UNCONVERTED[fmt].items()
                if getattr(model.cfg, key) == value]
     if options:
-        raise ExportError(f"--format {fmt} converts a Transformer with positions added to its "
-                          f"embeddings and plain attention; this model has {', '.join(options)}: "
+        raise ExportError(f"--format {fmt} cannot hold {', '.join(options)} ({WHY[fmt]}): "
                           f"export it with --format inference")
     return model
