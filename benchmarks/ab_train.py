@@ -11,7 +11,7 @@ recipes | tar -x -C FOLDER`), for a machine without the git history such as a le
 each step ends by reading its figures, so the time is the step's, not the queue's.
 
 Each revision's `translate/` package is exported (`git archive`, as `ab_decode.py` does) and builds
-its own `Trainer` from its own copy of the recipe (the Transformer's unless `--recipe`), so each
+its own `Trainer` from its own copy of the recipe (transformer_2017.yaml unless `--recipe`), so each
 step is exactly what `translate train` runs at that revision: forward, loss, backward, clipping,
 AdamW, the schedule and the weight average. B starts from A's initial weights (through B's
 checkpoint upgrade) and both train on the same `--steps` batches of A's epoch 1: once untimed (so
@@ -38,7 +38,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ab_decode import ROOT, export, first_module, speeds  # noqa: E402
 
-RECIPE = "recipes/multi30k/transformer.yaml"
+# The 2017 recipe: every option of the training-methods ablations off. A revision from before
+# it had a file of its own has the same recipe as recipes/multi30k/transformer.yaml.
+RECIPE = "recipes/multi30k/transformer_2017.yaml"
+BEFORE_THE_SPLIT = {RECIPE: "recipes/multi30k/transformer.yaml"}
+
+
+def recipe_text(rev: str, recipe: str) -> bytes:
+    """Revision (or folder) `rev`'s copy of `recipe`; the 2017 recipe's former path where `rev`
+    predates it."""
+    for path in (recipe, BEFORE_THE_SPLIT.get(recipe)):
+        if path is None:
+            continue
+        if Path(rev).is_dir():
+            if (Path(rev) / path).is_file():
+                return (Path(rev) / path).read_bytes()
+            continue
+        shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"],
+                               capture_output=True)
+        if shown.returncode == 0:
+            return shown.stdout
+    raise SystemExit(f"{rev} has no {recipe}")
 
 
 def trainer(name: str, rev: str, data: str, precision: str, run_dir: Path, recipe: str = RECIPE,
@@ -46,11 +66,7 @@ def trainer(name: str, rev: str, data: str, precision: str, run_dir: Path, recip
     """Revision `rev`'s Trainer (exported as package `name`) for its copy of `recipe`, with the
     recipe `overrides` ("key=value")."""
     recipe_file = run_dir / "recipe.in.yaml"
-    if Path(rev).is_dir():
-        recipe_file.write_bytes((Path(rev) / recipe).read_bytes())
-    else:
-        recipe_file.write_bytes(subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{recipe}"],
-                                               check=True, capture_output=True).stdout)
+    recipe_file.write_bytes(recipe_text(rev, recipe))
     config = importlib.import_module(f"{name}.config")
     training = importlib.import_module(f"{name}.training")
     recipe = config.load_recipe(recipe_file, [f"data.dataset={data}",
