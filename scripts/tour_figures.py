@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from translate.analysis.attention import attention_maps, heatmap, record_attention
+from translate.alignment import record_attention
+from translate.analysis.attention import attention_maps, heatmap
 from translate.analysis.plots import Heatmap, draw_heatmap, plot_heatmaps, pyplot, save_figure
 from translate.checkpoint import load_checkpoint
 from translate.data.batch import pad
@@ -541,7 +542,7 @@ def main() -> None:
                     tok.tgt_vocab_size)
     search_figure(model, loaded, src[:500], ref[:500], args.out)
     if args.exercise:
-        recipe = Path(__file__).resolve().parents[1] / "recipes/multi30k/transformer.yaml"
+        recipe = Path(__file__).resolve().parents[1] / "recipes/multi30k/transformer_2017.yaml"
         final = exercise_figure(recipe, args.data, args.out, args.exercise_minutes)
         print("exercise, last logged training loss:", final)
     if args.export:

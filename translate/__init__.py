@@ -19,7 +19,9 @@ The package, a line a file or subpackage, each layer above the ones it may impor
     decode_io.py     `translate decode`'s input and output: lines in, translations out
     run_folder.py    a run folder's identity (run.json), claiming it, its lock
     inference.py     raw sentences in, translations out: batched, n-best with scores
+    markup.py        inline tags kept through translation, carried by the word alignment
     ready.py         a model made ready to decode: its device, precision and engine, set once
+    alignment.py     word alignments read from attention, gold files, AER
     checkpoint.py    self-describing checkpoints, and the model built from one
     scoring.py       sacreBLEU and chrF with signatures, legacy BLEU, paired bootstrap
     metrics.py       the run's metrics log (metrics.jsonl), mirrored to TensorBoard

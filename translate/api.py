@@ -28,6 +28,7 @@ from typing import Any, Sequence, Union, overload
 import torch
 from torch import nn
 
+from translate.alignment import Reading
 from translate.analysis.attention import AttentionMaps, attention_maps
 from translate.config import DecodeConfig, decode_options
 from translate.engine import Engine
@@ -119,37 +120,46 @@ class Translator:
 
     @overload
     def translate(self, texts: str, beam: int = ..., nbest: int = ...,
-                  return_scores: bool = ..., lenpen: float | None = ...) -> Output: ...
+                  return_scores: bool = ..., lenpen: float | None = ...,
+                  return_alignments: bool = ...) -> Output: ...
 
     @overload
     def translate(self, texts: Sequence[str], beam: int = ..., nbest: int = ...,
-                  return_scores: bool = ..., lenpen: float | None = ...) -> list[Output]: ...
+                  return_scores: bool = ..., lenpen: float | None = ...,
+                  return_alignments: bool = ...) -> list[Output]: ...
 
-    def translate(self, texts, beam=5, nbest=1, return_scores=False, lenpen=None):
+    def translate(self, texts, beam=5, nbest=1, return_scores=False, lenpen=None,
+                  return_alignments=False):
         """Translate one sentence or a list of them (output i for input i).
 
         Each output is the best translation's text; with nbest > 1 a list of the `nbest` best,
-        best first; with return_scores, `Translation`s (text, score = log-probability over the
-        length penalty, logprob, tokens) instead of strings. An empty input gives ''.
+        best first; with return_scores or return_alignments, `Translation`s (text, score =
+        log-probability over the length penalty, logprob, tokens, and with return_alignments
+        `alignment`: (source word, output word) links from 0, words as whitespace splits the
+        texts, read from the attention as `translate.alignment.Reading()` says) instead of
+        strings. An empty input gives ''.
 
         Raises TypeError for texts that are not a string or an ordered collection of strings,
-        or a return_scores that is not a bool; ValueError for a text holding a line break or a
-        lone surrogate, and for beam, nbest or lenpen out of range.
+        or a return_scores or return_alignments that is not a bool; ValueError for a text
+        holding a line break or a lone surrogate, and for beam, nbest or lenpen out of range.
         """
         single = isinstance(texts, str)
         sentences = [sentence(texts, "texts")] if single else sentence_list(
             texts, "texts", "a string or a list of strings")
-        if not isinstance(return_scores, bool):
-            raise TypeError(f"return_scores must be True or False, not "
-                            f"{type(return_scores).__name__}")
+        for name, flag in (("return_scores", return_scores),
+                           ("return_alignments", return_alignments)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True or False, not {type(flag).__name__}")
         cfg = self.decode_config(beam, nbest, lenpen)
         with self.lock:
             found = decode_sentences(self.ready, sentences, cfg, nbest=nbest,
-                                     with_scores=return_scores)
+                                     with_scores=return_scores,
+                                     alignments=Reading() if return_alignments else None)
         outputs = []
         for hyps in found:
-            hyps = hyps + [Translation("")] * (nbest - len(hyps))  # an empty input: one ''
-            best = hyps if return_scores else [h.text for h in hyps]
+            empty = Translation("", alignment=[] if return_alignments else None)
+            hyps = hyps + [empty] * (nbest - len(hyps))  # an empty input: one ''
+            best = hyps if return_scores or return_alignments else [h.text for h in hyps]
             outputs.append(best if nbest > 1 else best[0])
         return outputs[0] if single else outputs
 

@@ -1,5 +1,5 @@
-"""The `translate` command: train, decode, evaluate, tune-beam, compare, attention, curve, serve,
-export, average. Each command parses, then calls one function."""
+"""The `translate` command: train, decode, evaluate, tune-beam, compare, attention, align-score,
+curve, serve, export, average. Each command parses, then calls one function."""
 
 from __future__ import annotations
 
@@ -164,17 +164,32 @@ def _train_recipe(recipe: str | None, overrides: tuple, run_dir: str | None,
               help="Lines read, decoded and written at a time, so any input size fits in memory.")
 @click.option("--interactive", is_flag=True, help="Translate each line as soon as it is typed "
               "(the default when stdin is a terminal).")
+@click.option("--alignments", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Also write each translation's word alignment to FILE: 'i-j' links (source "
+              "word i, output word j, from 0), a line per output line.")
+@click.option("--align-layer", type=int, default=None, metavar="L",
+              help="Read alignments from cross-attention layer L (from 0; -1 the last; "
+              "default: the one chosen on gold/multi30k/dev).")
+@click.option("--align-head", type=click.IntRange(min=0), default=None, metavar="H",
+              help="Read alignments from head H alone (default: the layer's heads averaged).")
+@click.option("--markup", is_flag=True,
+              help="Keep inline tags (<b>...</b>, <x/>) of the input: each is carried to the "
+              "output words aligned to the words it holds.")
 @device_option
 @precision_option
 @engine_option
 def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, early_exit, scores,
-           max_tokens, batch_size, chunk, interactive, device, precision, engine):
+           max_tokens, batch_size, chunk, interactive, alignments, align_layer, align_head,
+           markup, device, precision, engine):
     """Translate raw sentences with a CHECKPOINT (a .pt file or a run folder).
 
     At a terminal (no -i, stdin not redirected) it is interactive: each line is translated as
     soon as it is typed.
     """
+    from translate.alignment import Reading
     from translate.decode_io import OptionError, decode_file
+
+    reading = Reading(head=align_head) if align_layer is None else Reading(align_layer, align_head)
 
     at_terminal = input_path == "-" and sys.stdin.isatty()
     prompt = "type a sentence and press Enter (Ctrl-D to quit)" if at_terminal else ""
@@ -184,7 +199,8 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, early_exit,
                     precision=precision, engine=engine, prompt=prompt,
                     progress=output_path != "-" and sys.stderr.isatty(), beam=beam,
                     lenpen=lenpen, early_exit=early_exit, max_tokens=max_tokens,
-                    batch_size=batch_size)
+                    batch_size=batch_size, alignments=alignments, reading=reading,
+                    markup=markup)
     except OptionError as e:
         raise click.UsageError(str(e)) from None
     except USER_ERRORS as e:
@@ -241,22 +257,26 @@ def evaluate(checkpoint, splits, data_path, hyp, ref, lang, beam, lenpen, early_
               help="Sample translations shown side by side.")
 @click.option("--beam", type=click.IntRange(min=1), default=5, show_default=True,
               help="Every system's beam size; 1 = greedy.")
+@click.option("--gold", type=click.Path(file_okay=False), default=None, metavar="FOLDER",
+              help="Word alignment gold set (FOLDER/dev.* and FOLDER/test.*) to score each "
+              "system's attention on (default: gold/multi30k for English to German).")
 @engine_option
-def compare(runs, split, output, data_path, device, samples, beam, engine):
+def compare(runs, split, output, data_path, device, samples, beam, gold, engine):
     """Compare RUNS on one split and write a Markdown report; the first run is the baseline.
 
     A run is a run folder, whose best.pt decodes, or a checkpoint inside one (an average of the
     last checkpoints, say) with the folder's metrics log. Each decodes the split now (beam 5
     unless --beam says otherwise). The report has a table per system, sacreBLEU's paired
-    bootstrap test, BLEU by source length, learning curves, attention maps and sample
-    translations.
+    bootstrap test, BLEU by source length, learning curves, attention maps, each system's
+    attention scored as word alignments (AER) and sample translations.
     """
     from translate.analysis.compare import compare as run_compare
     from translate.analysis.report import findings
 
     try:
         results = run_compare(runs, split, output, data_path or _env_data(), device, samples,
-                              progress=sys.stderr.isatty(), engine=engine, beam=beam)
+                              progress=sys.stderr.isatty(), engine=engine, beam=beam,
+                              gold=gold)
     except USER_ERRORS as e:
         fail(e)
     click.echo("\n".join(findings(results)))
@@ -317,6 +337,39 @@ def attention(checkpoint, text, output, device):
         fail(e)
     click.echo(f"translation: {maps.translation}")
     click.echo(f"figure: {path}")
+
+
+@main.command("align-score")
+@click.argument("checkpoint", type=click.Path())
+@click.argument("gold", metavar="GOLD_PREFIX")
+@click.option("--format", "fmt", type=click.Choice(["pharaoh", "talp"]), default="pharaoh",
+              show_default=True, help="How GOLD_PREFIX.links counts words: pharaoh from 0, talp "
+              "from 1 (both: i-j sure, ipj possible).")
+@click.option("--choose-on", default=None, metavar="DEV_PREFIX",
+              help="Score only the reading of least AER on this gold set (and the best with "
+              "heads averaged): choose on a dev part, report on a test part.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write every reading's scores to this JSON file.")
+@device_option
+def align_score(checkpoint, gold, fmt, choose_on, json_path, device):
+    """Score how well a CHECKPOINT's attention aligns words against a gold set: GOLD_PREFIX.<src>,
+    GOLD_PREFIX.<tgt> (one sentence a line, in the recipe's languages) and GOLD_PREFIX.links.
+
+    Prints AER (lower is better, with a 95% interval), precision and recall of every reading
+    (each cross-attention layer and head, heads averaged, shifted or not) and of a diagonal
+    baseline. The project's set: gold/multi30k/dev to choose, gold/multi30k/test to report
+    (`translate align-score RUN gold/multi30k/test --choose-on gold/multi30k/dev`).
+    """
+    from translate.analysis.align_score import align_score as score, score_table, write_scores
+
+    try:
+        _, scored = score(checkpoint, gold, fmt, device, choose_on=choose_on)
+        written = write_scores(scored, json_path) if json_path else None
+    except USER_ERRORS as e:
+        fail(e)
+    click.echo(score_table(scored))
+    if written:
+        click.echo(f"wrote {written}")
 
 
 @main.command()

@@ -16,14 +16,17 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO, Iterator, TextIO
 
+from translate.alignment import Reading, pharaoh
 from translate.config import decode_options
 from translate.data import DataError
 from translate.data.read import iter_lines
 from translate.files import output_clash, output_kind
 from translate.inference import decode_sentences
+from translate.markup import Marked, MarkupError, restore, strip
 from translate.ready import Ready
 from translate.utils import atomic_write
 
@@ -35,29 +38,60 @@ class OptionError(ValueError):
 def decode_file(checkpoint: str, input_path: str = "-", output_path: str = "-", nbest: int = 1,
                 scores: bool = False, chunk: int = 10_000, device: str | None = None,
                 precision: str | None = None, engine: str | None = None, prompt: str = "",
-                progress: bool = False, **options) -> None:
+                progress: bool = False, alignments: str | None = None,
+                reading: Reading = Reading(), markup: bool = False, **options) -> None:
     """`translate decode`: translate the lines of `input_path` (- = stdin) with `checkpoint` into
     `output_path` (- = stdout), `chunk` lines at a time (1: each as soon as it is read).
 
     `device`, `precision` and `engine` as `Ready.load` takes them (None: its defaults);
     `options` (beam, lenpen, early_exit, max_tokens, batch_size; None: the recipe's) set the
-    decoding; `prompt`, if any, goes to stderr once the model is ready to translate."""
+    decoding; `prompt`, if any, goes to stderr once the model is ready to translate. With
+    `alignments` (a file, written as the output is), each translation's word alignment, read
+    from the attention as `reading` says: one Pharaoh line (`i-j`, source word first, from 0)
+    per output line (per hypothesis with `nbest`). With `markup`, inline tags in the input are
+    carried to the output words aligned to the words they hold (`translate.markup`); a line
+    whose markup cannot be carried is a DataError naming it, before anything is written."""
     check_output(output_path, input_path, checkpoint)
+    if alignments is not None:
+        check_output(alignments, input_path, checkpoint)
+        if alignments == "-" or os.path.abspath(alignments) == os.path.abspath(output_path) \
+                or output_clash(alignments, {"the translations' output": output_path}):
+            raise OptionError(f"--alignments {alignments} would be written into the "
+                              f"translations: give it a file of its own")
     ready = Ready.load(checkpoint, device, precision, engine)
     cfg = decode_options(ready.recipe.decode, **options)
     if nbest > cfg.beam:
         raise OptionError(f"--nbest ({nbest}) cannot exceed the beam size ({cfg.beam})")
     if prompt:
         print(prompt, file=sys.stderr, flush=True)
-    with open_input(input_path) as source, open_output(output_path) as sink:
+    with (open_input(input_path) as source, open_output(output_path) as sink,
+          open_output(alignments) if alignments else nullcontext() as links):
         first = 0
         for lines in chunks(source, input_path, chunk):
-            found = decode_sentences(ready, lines, cfg, progress=progress, nbest=nbest,
-                                     with_scores=scores)
+            marked = [_strip(line, first + i, input_path) for i, line in enumerate(lines)] \
+                if markup else None
+            found = decode_sentences(ready, [m.text for m in marked] if markup else lines, cfg,
+                                     progress=progress, nbest=nbest, with_scores=scores,
+                                     alignments=reading if alignments or markup else None)
+            if markup:
+                found = [[replace(h, text=restore(m, h.text, h.alignment)) for h in hyps]
+                         for m, hyps in zip(marked, found)]
             sink.write("".join(format_hypotheses(first + i, hyps, nbest, scores)
                                for i, hyps in enumerate(found)))
             sink.flush()
+            if links is not None:
+                links.write("".join(pharaoh(h.alignment) + "\n" for hyps in found
+                                    for h in hyps[:nbest]))
+                links.flush()
             first += len(lines)
+
+
+def _strip(line: str, index: int, input_path: str) -> Marked:
+    try:
+        return strip(line)
+    except MarkupError as e:
+        name = "stdin" if input_path == "-" else input_path
+        raise DataError(f"{name}, line {index + 1}: {e}") from None
 
 
 def open_input(path: str):

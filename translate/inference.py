@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
+from translate.alignment import Link, Reading, align
 from translate.config import DecodeConfig
 from translate.data.batch import length_batches, pad
 from translate.ready import Ready
@@ -28,14 +29,17 @@ class Translation:
     score: float = 0.0  # beam score: logprob / length penalty
     logprob: float = 0.0  # sum of token log-probabilities, EOS included
     tokens: int = 0  # output pieces, EOS excluded
+    alignment: Optional[list[Link]] = None  # (source word, output word) links, when asked for
 
 
 @torch.inference_mode()
 def decode_sentences(ready: Ready, sentences: Sequence[str], cfg: DecodeConfig,
-                     progress: bool = False, nbest: int = 1, with_scores: bool = False
-                     ) -> list[list[Translation]]:
+                     progress: bool = False, nbest: int = 1, with_scores: bool = False,
+                     alignments: Optional[Reading] = None) -> list[list[Translation]]:
     """Translate raw sentences with `ready`'s model: for input i, its `nbest` translations, best
-    first.
+    first; with `alignments`, each with its word alignment to the source, read from the
+    model's attention as the Reading says (`translate.alignment`: one teacher-forced pass over
+    the translations found, in fp32, after the search).
 
     Batches by length, restores the input order, gives an empty input one empty translation and
     truncates (with a warning) a line longer than the model's limit. Greedy search serves beam
@@ -58,7 +62,8 @@ def decode_sentences(ready: Ready, sentences: Sequence[str], cfg: DecodeConfig,
                         "first %d pieces only", i + 1, len(ids), limit, limit)
             encoded[i] = ids[: limit - 1] + ids[-1:]
     todo = [i for i, s in enumerate(sentences) if s.strip()]
-    outputs = [[Translation("")] for _ in sentences]
+    outputs = [[Translation("", alignment=None if alignments is None else [])]
+               for _ in sentences]
     use_beam = cfg.beam > 1 or nbest > 1 or with_scores
     bar = _progress(len(todo), progress)
     for batch in length_batches([len(encoded[i]) for i in todo], cfg.max_tokens, cfg.batch_size):
@@ -73,12 +78,24 @@ def decode_sentences(ready: Ready, sentences: Sequence[str], cfg: DecodeConfig,
                 found = [[Hypothesis(ids, 0.0, 0.0)]
                          for ids in engine.greedy_search(model, src, limits)]
         texts = iter(tokenizer.decode_tgt([h.tokens for hyps in found for h in hyps]))
+        links = iter(_alignments(ready, [encoded[i] for i, hyps in zip(idx, found) for _ in hyps],
+                                 [h.tokens for hyps in found for h in hyps], alignments))
         for i, hyps in zip(idx, found):
-            outputs[i] = [Translation(next(texts), h.score, h.logprob, len(h.tokens))
+            outputs[i] = [Translation(next(texts), h.score, h.logprob, len(h.tokens), next(links))
                           for h in hyps]
         bar.update(len(idx))
     bar.close()
     return outputs
+
+
+def _alignments(ready: Ready, sources: list[list[int]], outputs: list[list[int]],
+                reading: Optional[Reading]) -> list[Optional[list[Link]]]:
+    """Each (source, output) pair's word links as `reading` reads them; Nones without one."""
+    if reading is None:
+        return [None] * len(outputs)
+    src, tgt = ready.tokenizer.src.id_to_piece, ready.tokenizer.tgt.id_to_piece
+    return align(ready.model, sources, outputs, [[src(i) for i in ids] for ids in sources],
+                 [[tgt(i) for i in ids] for ids in outputs], reading)
 
 
 def translate_sentences(ready: Ready, sentences: Sequence[str], cfg: DecodeConfig,

@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from translate.analysis.attention import record_attention
+from translate.alignment import record_attention
 from translate.data.batch import Batch, pad
 from translate.models import TransformerConfig, build_model
 from translate.models.attention import CROSS

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from helpers.models import untrained_model
-from translate.analysis.attention import (attention_maps, output_limit, record_attention,
-                                          target_ids)
+from translate.alignment import record_attention
+from translate.analysis.attention import attention_maps, output_limit, target_ids
 from translate.checkpoint import load_checkpoint
 from translate.fast import accelerate
 from translate.models.attention import DECODER_SELF, ENCODER_SELF

@@ -9,7 +9,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from translate.analysis.attention import attention_maps, record_attention
+from translate.alignment import record_attention
+from translate.analysis.attention import attention_maps
 from translate.analysis.compare import pick_sentences
 from translate.analysis.report import markdown_table
 from translate.checkpoint import load_checkpoint
@@ -23,7 +24,7 @@ from translate.tokens import BOS
 PNG = b"\x89PNG\r\n\x1a\n"
 SECTIONS = ["## Findings", "## Systems", "## Significance: paired bootstrap resampling",
             "## BLEU by source sentence length", "## Learning curves", "## Attention",
-            "## Sample translations"]
+            "## Word alignment", "## Sample translations"]
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def references(small_data) -> list[str]:
 def test_compare_writes_every_file_and_section(report):
     out, results = report
     figures = ["learning_curves.png", "bleu_by_length.png",
-               *(a["figure"] for a in results["attention"])]
+               *(a["figure"] for a in results["attention"]), results["alignment"]["figure"]]
     assert len(results["attention"]) == 3 and len(results["samples"]) == 4
     for name in figures:
         assert (out / name).read_bytes()[:8] == PNG, name
@@ -64,6 +65,21 @@ def test_compare_writes_every_file_and_section(report):
         assert system["name"] in md and system["parameters"] > 0 and system["steps"] > 0
         assert system["sentences_per_s"] > 0 and system["train_minutes"] > 0
         assert system["bleu_signature"] in md
+
+
+def test_compare_scores_each_systems_attention_as_alignments_on_the_gold_test_part(report):
+    """The reading is chosen on the dev part; the Transformer gets its best heads-averaged
+    reading too where the best is one head; every AER has its interval around it."""
+    _, results = report
+    rows = results["alignment"]["rows"]
+    assert [r["system"] for r in rows if r["chosen"]] == [s["name"] for s in results["systems"]]
+    for r in rows:
+        assert r["aer_low"] <= r["scores"]["aer"] <= r["aer_high"]
+        assert r["scores"]["sure"] == 935  # the test part's sure links
+        assert (r["arch"] == "rnn") == r["reading"].startswith("the attention")
+    transformer = [r for r in rows if r["arch"] == "transformer"]
+    assert any("heads averaged" in r["reading"] for r in transformer)
+    assert results["alignment"]["diagonal"]["scores"]["aer"] > 30
 
 
 def test_compare_scores_each_run_as_its_training_did(report, trained_run, trained_rnn_run):

@@ -30,9 +30,9 @@ def untrained_model(data: Path, layers: int = 1, overrides: tuple[str, ...] = ()
 
 def with_weights(attn: torch.nn.Module, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     """One call of an attention module: its output, and the weights it attended with, as
-    `translate.analysis.attention.record_attention` records them: (B, H, T, S) for
+    `translate.alignment.record_attention` records them: (B, H, T, S) for
     MultiHeadAttention, (B, 1, S) for AdditiveAttention."""
-    from translate.analysis.attention import record_attention
+    from translate.alignment import record_attention
 
     with record_attention(attn) as recorded:
         out = attn(*args, **kwargs)

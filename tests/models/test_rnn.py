@@ -5,7 +5,7 @@ import torch
 
 from helpers.models import with_weights
 from translate.checkpoint import load_checkpoint
-from translate.analysis.attention import record_attention
+from translate.alignment import record_attention
 from translate.engine import PLAIN
 from translate.inference import translate_sentences
 from translate.models import RNNConfig, build_model

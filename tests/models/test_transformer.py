@@ -6,7 +6,7 @@ import torch
 
 from helpers.models import with_weights
 from helpers.training import take_steps, tiny_trainer
-from translate.analysis.attention import record_attention
+from translate.alignment import record_attention
 from translate.models import TransformerConfig, build_model, count_parameters
 from translate.models.transformer import Memory
 from translate.search import greedy_search

@@ -90,6 +90,32 @@ def test_nbest_gives_a_list_per_input_best_first_with_scores(client, translator,
         assert all(s < 0 for s in scores)
 
 
+def test_alignments_on_request_are_the_apis_per_hypothesis(client, translator, sources):
+    one = client.post("/translate", json={"texts": sources[:3], "beam": 3,
+                                          "alignments": True}).json()
+    expected = translator.translate(sources[:3], beam=3, return_alignments=True)
+    assert one["translations"] == [t.text for t in expected]
+    assert one["alignments"] == [[list(link) for link in t.alignment] for t in expected]
+    assert any(one["alignments"])
+    many = client.post("/translate", json={"texts": sources[:2], "beam": 3, "nbest": 2,
+                                           "alignments": True}).json()
+    expected = translator.translate(sources[:2], beam=3, nbest=2, return_alignments=True)
+    assert many["alignments"] == [[[list(link) for link in h.alignment] for h in hyps]
+                                  for hyps in expected]
+    assert "alignments" not in client.post("/translate", json={"text": sources[0]}).json()
+
+
+def test_attention_carries_the_word_alignment_decode_gives(client, translator):
+    text = "A dog runs in the snow."
+    body = client.post("/attention", json={"text": text}).json()
+    greedy = translator.translate(text, beam=1, return_alignments=True)
+    assert body["alignment"]["links"] == [list(link) for link in greedy.alignment]
+    assert body["alignment"]["layer"] == translator.recipe.model.decoder_layers - 1  # the last
+    assert len(body["alignment"]["src_words"]) == len(body["src_pieces"])
+    assert len(body["alignment"]["out_words"]) == len(body["out_pieces"])
+    assert body["alignment"]["src_words"][-1] == -1  # EOS belongs to no word
+
+
 def test_attention_has_every_transformer_module_with_its_role_and_labels(client, translator):
     body = client.post("/attention", json={"text": "A dog runs in the snow."}).json()
     cfg = translator.recipe.model
@@ -293,9 +319,10 @@ def test_concurrent_requests_share_calls_and_each_gets_its_own_answers(translato
                                                                        monkeypatch):
     real, calls = translator.translate, []
 
-    def counted(texts, beam, nbest, return_scores):
+    def counted(texts, beam, nbest, return_scores, return_alignments):
         calls.append((beam, nbest, len(texts)))
-        return real(texts, beam=beam, nbest=nbest, return_scores=return_scores)
+        return real(texts, beam=beam, nbest=nbest, return_scores=return_scores,
+                    return_alignments=return_alignments)
 
     monkeypatch.setattr(translator, "translate", counted)
     bodies = [{"texts": sources[i:i + 1 + i % 2], "beam": 2 + i % 2} for i in range(8)]

@@ -1,6 +1,6 @@
 """The page in headless Chromium against a real `translate serve`: type, translate, pick the
 second n-best candidate and see its attention drawn (every layer x head at once, masked cells
-hatched), enlarge a panel and read a weight, pick by keyboard, download the figure and the
+hatched, the word alignment outlined on its layer), enlarge a panel and read a weight, pick by keyboard, download the figure and the
 weights, and a German -> English run labelled as one.
 
 Skips, saying what is missing, without /usr/bin/chromium, /usr/bin/chromedriver or selenium
@@ -34,6 +34,7 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from translate.checkpoint import read_checkpoint, write_checkpoint  # noqa: E402
 from translate.models.attention import CROSS, DECODER_SELF, ENCODER_SELF  # noqa: E402
 from translate.serve import load_translator  # noqa: E402
+from translate.serve.attention_json import alignment_json  # noqa: E402
 from translate.serve.server import running  # noqa: E402
 
 TEXT = "Two men are sitting on a bench."
@@ -132,6 +133,31 @@ def test_every_layer_and_head_is_drawn_at_once_masked_cells_hatched(shown, drive
                           "{bubbles: true}))", masked[0])
     assert driver.find_element(By.ID, "cell").text.endswith(
         ": masked: a query does not see later pieces")
+
+
+def test_the_word_alignment_is_outlined_on_the_map_it_is_read_from(shown, driver, translator):
+    """The picked translation's links (as `translate decode --alignments` reads them) outline
+    the cells of each linked word pair on the cross-attention layer they come from, any head;
+    another layer's map has none."""
+    alignment = alignment_json(translator.attention(TEXT, shown["picked"]))
+    layer, links = alignment["layer"], {tuple(link) for link in alignment["links"]}
+    expected = sorted([q, k] for q, j in enumerate(alignment["out_words"])
+                      for k, i in enumerate(alignment["src_words"])
+                      if i >= 0 and j >= 0 and (i, j) in links)
+    assert expected  # the picked translation has links to show
+    for head in (0, 1):
+        driver.find_element(By.CSS_SELECTOR, f'#grids .panel[data-role="{CROSS}"]'
+                                             f'[data-layer="{layer}"][data-head="{head}"]').click()
+        drawn = driver.execute_script("""return [...document.querySelectorAll('#heatmap rect.link')]
+            .map(c => [Number(c.dataset.q), Number(c.dataset.k)])""")
+        assert sorted(drawn) == expected
+        assert driver.find_element(By.ID, "alignment-note").text.startswith(
+            "Outlined in red: the word alignment (layer")
+    other = translator.recipe.model.decoder_layers - 1 if layer == 0 else 0
+    driver.find_element(By.CSS_SELECTOR, f'#grids .panel[data-role="{CROSS}"]'
+                                         f'[data-layer="{other}"][data-head="0"]').click()
+    assert driver.find_elements(By.CSS_SELECTOR, "#heatmap rect.link") == []
+    assert driver.find_element(By.ID, "alignment-note").text == ""
 
 
 def test_a_candidate_is_picked_with_the_keyboard(shown, driver, translator):

@@ -1,7 +1,8 @@
 """Analysis of trained systems: comparison reports, attention maps, decoding choices, figures.
 
     compare.py     decode a split with several runs, significance, BLEU by length, report.md
-    attention.py   record and draw one sentence's attention weights
+    attention.py   one sentence's attention weights, recorded and drawn
+    align_score.py attention read as word alignments, scored against a gold set (AER)
     beam_sweep.py  beam size and length penalty chosen on a dev split
     plots.py       learning curves, bar charts and heatmaps (matplotlib)
     reach.py       time to quality: when a run first reached a dev BLEU

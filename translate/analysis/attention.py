@@ -11,52 +11,22 @@ Shapes: H heads, S source pieces, T target pieces.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
+from translate.alignment import record_attention
 from translate.analysis.plots import Heatmap, plot_heatmaps
 from translate.config import DecodeConfig
-from translate.models.attention import CROSS, DECODER_SELF, ENCODER_SELF, MultiHeadAttention
-from translate.models.rnn import AdditiveAttention
+from translate.models.attention import CROSS, DECODER_SELF, ENCODER_SELF
 from translate.ready import Ready
 from translate.search import greedy_search, max_output_length
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD
-
-
-@contextmanager
-def record_attention(model: nn.Module) -> Iterator[dict[str, list[torch.Tensor]]]:
-    """Collect attention weights while the block runs: {module name: [weights per call]}.
-
-    Every attention module's `record_weights` listens for the block's duration, which makes
-    MultiHeadAttention run its written-out path: each call adds (B, H, T, S) weights;
-    AdditiveAttention adds (B, 1, S), one per decoder step. Each module's `role` and `layer`
-    say what it is. Afterwards the modules listen as they did before.
-    """
-    maps: dict[str, list[torch.Tensor]] = {}
-    before = []
-    for name, module in model.named_modules():
-        if isinstance(module, (MultiHeadAttention, AdditiveAttention)):
-            maps[name] = []
-            before.append((module, module.record_weights))
-            module.record_weights = partial(_keep_weights, maps[name])
-    try:
-        yield maps
-    finally:
-        for module, listener in before:
-            module.record_weights = listener
-
-
-def _keep_weights(store: list, weights: torch.Tensor) -> None:
-    weights = weights.detach()
-    store.append(weights[:, None] if weights.dim() == 2 else weights)  # additive: (B, 1, S)
 
 
 @dataclass

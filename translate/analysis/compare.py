@@ -4,8 +4,10 @@
 checkpoint named in its place, an average of the last checkpoints say), scores it with sacreBLEU,
 runs sacreBLEU's paired bootstrap resampling against the first run (the baseline), gives runs of
 several seeds (`RUN-seed1`, `RUN-seed2`, ...) as groups with their mean and spread
-(`analysis.seeds`), splits BLEU by source length, draws learning curves and attention maps (`analysis.attention`), and writes
-report.md, results.json, the figures and every system's hypotheses into `output`.
+(`analysis.seeds`), splits BLEU by source length, draws learning curves and attention maps
+(`analysis.attention`), scores each system's attention as word alignments on a gold set
+(`analysis.align_score`), and writes report.md, results.json, the figures and every system's
+hypotheses into `output`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Sequence
 
 import torch
 
+from translate.analysis.align_score import PROJECT_GOLD, compare_alignments
 from translate.analysis.attention import attention_maps, heatmap
 from translate.analysis.plots import (MetricsError, plot_dev_curves, plot_heatmaps,
                                       plot_length_buckets, pyplot, read_metrics)
@@ -137,7 +140,7 @@ def _decode(run: Run, src: list[str], refs: list[str], progress: bool, beam: int
 def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
             data: str | None = None, device: str | None = None, samples: int = 5,
             progress: bool = False, n_bootstrap: int = 1000, engine: str | None = None,
-            beam: int = 5) -> dict:
+            beam: int = 5, gold: str | Path | None = None) -> dict:
     """Decode `split` with every run's checkpoint and write the report; returns results.json's
     dict.
 
@@ -151,6 +154,9 @@ def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
             its recipe's precision, as its own test decode and `translate evaluate` do.
         samples: sample translations to show.
         beam: every system's beam size (1: greedy); each recipe's length penalty.
+        gold: a word alignment gold set folder (dev.* and test.*, `analysis.align_score`) to
+            score each system's attention as alignments on; None: the project's gold/multi30k
+            where the systems translate English to German and the folder is there.
     """
     pyplot()  # fail before decoding when matplotlib is missing
     located = [locate(path) for path in run_paths]
@@ -187,8 +193,20 @@ def compare(run_paths: Sequence[str | Path], split: str, output: str | Path,
     _draw_figures(runs, buckets, output)
     results["attention"] = [_attention_example(runs, k, i, src[i], output)
                             for k, i in enumerate(pick_sentences(src, ATTENTION_SENTENCES), 1)]
+    gold_folder = _gold_folder(gold, data_cfg)
+    if gold_folder is not None:
+        results["alignment"] = compare_alignments({run.name: run.ready for run in runs},
+                                                  gold_folder, output)
     _write_report(results, output)
     return results
+
+
+def _gold_folder(gold: str | Path | None, data_cfg: DataConfig) -> Path | None:
+    """The alignment gold set to score on: `gold` as given, else the project's where it fits."""
+    if gold is not None:
+        return Path(gold)
+    fits = (data_cfg.src_lang, data_cfg.tgt_lang) == ("en", "de")
+    return PROJECT_GOLD if fits and (PROJECT_GOLD / "test.links").is_file() else None
 
 
 def _shared_data(runs: Sequence[Run], dataset: str | None) -> DataConfig:

@@ -61,6 +61,13 @@ def findings(results: dict) -> list[str]:
     fastest = sorted(systems, key=lambda s: -s["sentences_per_s"])
     lines.append(f"Decoding speed ({_setup(results)}): " + ", ".join(
         f"{s['name']} {s['sentences_per_s']:.1f} sentences/s" for s in fastest) + ".")
+    if "alignment" in results:
+        chosen = [r for r in results["alignment"]["rows"] if r["chosen"]]
+        diagonal = results["alignment"]["diagonal"]["scores"]["aer"]
+        lines.append("Word alignment AER on the gold test part (lower is better; the diagonal "
+                     f"{diagonal:.1f}): " + ", ".join(
+                         f"{r['system']} {r['scores']['aer']:.1f} ({r['reading']})"
+                         for r in sorted(chosen, key=lambda r: r["scores"]["aer"])) + ".")
     return lines
 
 
@@ -78,7 +85,7 @@ def render_report(results: dict) -> str:
         *_systems(results), *_seed_groups(results), *_significance(results), *_lengths(results),
         "## Learning curves", "", curves, "",
         f"![learning curves]({results['figures']['learning_curves']})", "",
-        *_attention(results), *_samples(results)])
+        *_attention(results), *_alignment(results), *_samples(results)])
 
 
 def _systems(results: dict) -> list[str]:
@@ -172,6 +179,33 @@ def _attention(results: dict) -> list[str]:
                 *[f"- {name}: {text}" for name, text in example["translations"].items()], "",
                 f"![attention maps, line {line}]({example['figure']})", ""]
     return out
+
+
+def _alignment(results: dict) -> list[str]:
+    if "alignment" not in results:
+        return []
+    section = results["alignment"]
+    method = (f"Each system re-reads the reference translations of the gold set "
+              f"`{section['gold']}` (teacher forcing) and its attention is read as word links "
+              "(`translate align-score`). The reading is chosen on the set's dev part (least "
+              "AER over every layer, head or heads averaged, and way of reading), then scored on "
+              "its test part; a Transformer's best heads-averaged reading beside its best one. "
+              "AER is lower-better, with a 95% interval from resampling the pairs; tags "
+              "landing: single-word tags carried to the right reference word.")
+    header = ["system", "reading (chosen on dev)", "dev AER", "test AER (95%)", "precision",
+              "recall", "tags landing"]
+    rows = [[r["system"], r["reading"] + (" (chosen)" if r["chosen"] else ""),
+             _num(r["dev_aer"], 1),
+             f"{r['scores']['aer']:.1f} ({r['aer_low']:.1f}-{r['aer_high']:.1f})",
+             _num(r["scores"]["precision"], 1), _num(r["scores"]["recall"], 1),
+             f"{r['markup']:.1f}%"] for r in section["rows"]]
+    d = section["diagonal"]
+    rows.append(["diagonal baseline", "-", "-",
+                 f"{d['scores']['aer']:.1f} ({d['aer_low']:.1f}-{d['aer_high']:.1f})",
+                 _num(d["scores"]["precision"], 1), _num(d["scores"]["recall"], 1),
+                 f"{d['markup']:.1f}%"])
+    return ["## Word alignment", "", method, "", markdown_table(header, rows), "",
+            f"![alignments over attention]({section['figure']})", ""]
 
 
 def _samples(results: dict) -> list[str]:

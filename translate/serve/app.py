@@ -1,9 +1,12 @@
 """The ASGI app: JSON endpoints over one `Translator`, and the page that shows its attention.
 
-    POST /translate  {"texts": [...], "beam": 5, "nbest": 1}  ->  {"translations", "scores"}
+    POST /translate  {"texts": [...], "beam": 5, "nbest": 1, "alignments": false}  ->
+                     {"translations", "scores"} and, asked for, "alignments": each translation's
+                     word links [[source word, output word], ...] from 0
     POST /attention  {"text": "...", "target": "..."}  ->  the greedy translation (or the
                      target, fed to the decoder), token labels, every weight (base64 uint16,
-                     weight x 65535: `attention_json.decode_weights`)
+                     weight x 65535: `attention_json.decode_weights`) and its word alignment,
+                     which the page outlines on the map it is read from
     GET  /health     ->  model, parameters, step, languages, device, precision, queue depth
     GET  /           ->  the page (translate/serve/page/)
 
@@ -43,7 +46,8 @@ from translate.api import Translator
 from translate.serve.attention_json import attention_json
 from translate.serve.batching import Batcher, DeadlineExceeded, QueueFull, ShuttingDown
 from translate.serve.connections import default_max_connections
-from translate.serve.reading import RequestError, read_int, read_json, read_text, read_texts
+from translate.serve.reading import (RequestError, read_bool, read_int, read_json, read_text,
+                                     read_texts)
 from translate.utils import first_line
 
 log = logging.getLogger("translate.serve")
@@ -136,29 +140,33 @@ class Endpoints:
         if key[0] == "attention":  # ("attention", the translation to draw or None: greedy)
             return [attention_json(translator.attention(text, key[1]), translator.arch)
                     for text in texts]
-        _, beam, nbest = key
-        return translator.translate(texts, beam=beam, nbest=nbest, return_scores=True)
+        _, beam, nbest, alignments = key
+        return translator.translate(texts, beam=beam, nbest=nbest, return_scores=True,
+                                    return_alignments=alignments)
 
     async def translate(self, request: Request) -> Response:
         cfg = self.cfg
-        body = await read_json(request, cfg.max_request_bytes, ("texts", "text", "beam", "nbest"),
-                               cfg.body_timeout_s)
+        body = await read_json(request, cfg.max_request_bytes,
+                               ("texts", "text", "beam", "nbest", "alignments"), cfg.body_timeout_s)
         texts = read_texts(body, cfg.max_texts)
         beam = read_int(body, "beam", 5, 1, cfg.max_beam)
         nbest = read_int(body, "nbest", 1, 1, beam)
+        alignments = read_bool(body, "alignments", False)
         work = [len(ids) * beam for ids in self.translator.tokenizer.encode_src(texts)]
         if sum(work) > cfg.max_request_work:
             raise RequestError(413, f"the request is {sum(work)} units of work (source pieces "
                                     f"x beam), over the limit of {cfg.max_request_work}: send "
                                     f"fewer or shorter sentences, or a smaller beam")
-        found = await submit(request, ("translate", beam, nbest), texts, work)
-        if nbest == 1:  # a Translation per text
-            translations, scores = [h.text for h in found], [round(h.score, 4) for h in found]
-        else:  # a list of `nbest` per text, best first
-            translations = [[h.text for h in hyps] for hyps in found]
-            scores = [[round(h.score, 4) for h in hyps] for hyps in found]
-        return JSONResponse({"translations": translations, "scores": scores, "beam": beam,
-                             "nbest": nbest})
+        found = await submit(request, ("translate", beam, nbest, alignments), texts, work)
+        per_text = found if nbest > 1 else [[h] for h in found]  # nbest > 1: best first
+        answer = {"translations": [[h.text for h in hyps] for hyps in per_text],
+                  "scores": [[round(h.score, 4) for h in hyps] for hyps in per_text]}
+        if alignments:
+            answer["alignments"] = [[[list(link) for link in h.alignment] for h in hyps]
+                                    for hyps in per_text]
+        if nbest == 1:  # one per text, not a list of one
+            answer = {key: [hyps[0] for hyps in value] for key, value in answer.items()}
+        return JSONResponse({**answer, "beam": beam, "nbest": nbest})
 
     async def attention(self, request: Request) -> Response:
         cfg = self.cfg

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from translate.alignment import Reading, read_map, word_index, word_links
 from translate.analysis.attention import AttentionMaps
 from translate.models.attention import DECODER_SELF, ENCODER_SELF
 
@@ -34,7 +35,29 @@ def attention_json(maps: AttentionMaps, arch: str) -> dict[str, Any]:
                         "keys": keys, "shape": list(w.shape), "weights": encode_weights(w)})
     return {"translation": maps.translation, "forced": maps.forced, "model": arch,
             "src_pieces": maps.src_pieces, "tgt_in_pieces": maps.tgt_in_pieces,
-            "out_pieces": maps.out_pieces, "modules": modules}
+            "out_pieces": maps.out_pieces, "modules": modules,
+            "alignment": alignment_json(maps)}
+
+
+def alignment_json(maps: AttentionMaps, reading: Reading = Reading()) -> dict[str, Any]:
+    """The translation's word alignment as `translate decode --alignments` reads it: `links`
+    ([source word, output word] from 0), the word of each source and output piece (-1 for EOS)
+    so that the page can outline the cells of linked words, and the cross-attention `layer`
+    read (from 0; None for the RNN's one map)."""
+    cross = sorted((n for n in maps.weights if maps.roles[n][0] not in (ENCODER_SELF,
+                                                                        DECODER_SELF)),
+                   key=lambda n: maps.roles[n][1])
+    weights = torch.stack([maps.weights[n] for n in cross])  # (L, H, T, S)
+    out_pieces = maps.tgt_in_pieces[1:]  # the output without BOS or EOS: T - 1 pieces
+    links = word_links(read_map(weights, reading), maps.src_pieces, out_pieces, reading.shift,
+                       reading.each)
+    layers = weights.size(0)
+    single = layers == 1 and weights.size(1) == 1
+    return {"reading": reading.describe() if not single else "the attention",
+            "layer": None if single else reading.layer % layers,
+            "links": [list(link) for link in links],
+            "src_words": word_index(maps.src_pieces[:-1]) + [-1],
+            "out_words": word_index(out_pieces) + [-1] * (len(maps.out_pieces) - len(out_pieces))}
 
 
 def encode_weights(weights: torch.Tensor) -> str:

@@ -148,6 +148,13 @@ def read_int(body: dict[str, Any], name: str, default: int, low: int, high: int)
     return value
 
 
+def read_bool(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if not isinstance(value, bool):
+        raise RequestError(400, f"{name} must be true or false, got {shown(value)}")
+    return value
+
+
 def json_type(value: Any) -> str:
     names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
              int: "a number", float: "a number", LongNumber: "a number", type(None): "null"}

@@ -211,12 +211,32 @@ function drawDetail(maps, module, head) {
       svg.append(cell);
     });
   });
+  const outlined = outlineLinks(svg, maps, module, left, top, CELL);
   svg.addEventListener("mouseover", (event) => point(event.target, queries, keys));
   svg.addEventListener("keydown", (event) => step(event, svg, queries, keys));
   $("detail-title").textContent = title;
   $("heatmap").replaceChildren(svg);
   $("cell").textContent = "Point at a cell, or focus the map and use the arrow keys, to read " +
     "its weight.";
+  $("alignment-note").textContent = outlined ? "Outlined in red: the word alignment " +
+    `(${maps.alignment.reading}), the cells of each linked source and output word.` : "";
+}
+
+function outlineLinks(svg, maps, module, left, top, cell) {
+  // the word alignment over the map it is read from: the cells of each linked word pair
+  const a = maps.alignment;
+  const read = a && module.queries === "out_pieces" &&
+    (a.layer === null || module.layer === a.layer);
+  if (!read) return 0;
+  const linked = new Set(a.links.map(([i, j]) => `${i},${j}`));
+  let count = 0;
+  a.out_words.forEach((j, q) => a.src_words.forEach((i, k) => {
+    if (i < 0 || j < 0 || !linked.has(`${i},${j}`)) return;
+    svg.append(svgNode("rect", { x: left + k * cell + 1, y: top + q * cell + 1,
+      width: cell - 3, height: cell - 3, class: "link", "data-q": q, "data-k": k }));
+    count++;
+  }));
+  return count;
 }
 
 function step(event, svg, queries, keys) {

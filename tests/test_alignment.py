@@ -1,0 +1,193 @@
+"""Word alignments from attention: pieces merged to words, links read from the strongest
+attention, AER as Och and Ney define it, gold files read strictly; end to end, a model trained
+on the toy reverse task aligns its words as the task says, and decoding returns valid links on
+every surface, equal across engines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers.files import read_jsonl
+from translate.alignment import (Gold, Reading, align, alignment_error, diagonal_links, pharaoh,
+                                 read_gold, word_count, word_index, word_links)
+from translate.api import Translator
+from translate.config import decode_options
+from translate.inference import decode_sentences
+from translate.ready import Ready
+from translate.toy import toy_batch, train_toy
+from translate.tokens import EOS, PAD
+
+GOLD = Path(__file__).resolve().parents[1] / "gold/multi30k"
+
+
+@pytest.mark.parametrize("pieces, index, count", [
+    (["▁Ein", "▁Hund", "."], [0, 1, 1], 2),
+    (["▁", "(", "▁a", ")"], [0, 0, 1, 1], 2),  # a space piece alone starts the next word
+    (["▁", "▁Hund", "s"], [0, 0, 0], 1),  # two spaces make one gap
+    (["Hu", "nd", "▁"], [0, 0, 1], 1),  # a trailing space begins no word
+    ([], [], 0),
+])
+def test_pieces_merge_to_the_words_whitespace_makes(pieces, index, count):
+    assert word_index(pieces) == index and word_count(pieces) == count
+
+
+def test_each_output_piece_links_to_the_word_it_attends_most_and_eos_leaves_it_unaligned():
+    src = ["▁a", "▁big", "ger", "▁dog", "</s>"]  # 3 words, EOS last
+    out = ["▁ein", "▁größ", "erer", "▁Hund"]  # 3 words
+    w = torch.zeros(len(out) + 1, len(src))  # (T, S), T = output pieces + 1
+    for row, col in enumerate([0, 2, 1, 4, 3]):  # "Hund" (row 3) looks at EOS
+        w[row, col] = 1.0
+    assert word_links(w, src, out, False, "output") == [(0, 0), (1, 1)]
+    # shifted: piece t is read from row t + 1 ("Hund" from the last row, on "dog")
+    assert word_links(w, src, out, True, "output") == [(1, 0), (1, 1), (2, 2)]
+    with pytest.raises(ValueError, match=r"expected \(5, 5\)"):
+        word_links(w[:-1], src, out, False, "output")
+
+
+def test_each_source_word_links_to_the_output_word_whose_pieces_attend_to_it_most():
+    src = ["▁a", "▁big", "ger", "▁dog", "</s>"]
+    out = ["▁ein", "▁größ", "erer", "▁Hund"]
+    w = torch.tensor([[0.7, 0.1, 0.0, 0.1, 0.1],  # ein
+                      [0.1, 0.2, 0.6, 0.0, 0.1],  # größ: "ger", a piece of "bigger"
+                      [0.0, 0.5, 0.1, 0.3, 0.1],  # erer
+                      [0.1, 0.0, 0.1, 0.2, 0.6],  # Hund: mostly on EOS
+                      [0.0, 0.0, 0.0, 0.0, 1.0]])  # EOS's row, never read unshifted
+    # "a" -> ein (0.7); "bigger" -> größerer (0.6 through "ger"); "dog" -> the largest of its
+    # column: erer's 0.3 (Hund gave it 0.2): each source word gets exactly one link
+    assert word_links(w, src, out, False, "source") == [(0, 0), (1, 1), (2, 1)]
+    assert word_links(torch.ones(1, 1), src[-1:], [], False, "source") == []  # nothing to link
+    with pytest.raises(ValueError, match="each must be one of source, output, not 'both'"):
+        Reading(each="both")
+
+
+def test_aer_precision_and_recall_are_och_and_neys():
+    gold = [Gold(frozenset({(0, 0), (1, 1)}), frozenset({(0, 0), (1, 1), (1, 2)})),
+            Gold(frozenset({(0, 0)}), frozenset({(0, 0)}))]
+    perfect = alignment_error([[(0, 0), (1, 1)], [(0, 0)]], gold)
+    assert (perfect.aer, perfect.precision, perfect.recall) == (0.0, 100.0, 100.0)
+    # A = {00, 12, 21} + {00}: A&S = 2, A&P = 3, |A| = 4, |S| = 3
+    scores = alignment_error([[(0, 0), (1, 2), (2, 1)], [(0, 0)]], gold)
+    assert scores.aer == pytest.approx(100 * (1 - 5 / 7))
+    assert scores.precision == pytest.approx(75.0) and scores.recall == pytest.approx(200 / 3)
+    assert (scores.predicted, scores.sure) == (4, 3)
+    with pytest.raises(ValueError, match="2 aligned sentences against 1 gold"):
+        alignment_error([[], []], gold[:1])
+
+
+def test_the_diagonal_baseline_links_each_output_word_to_the_same_relative_place():
+    assert diagonal_links(3, 3) == [(0, 0), (1, 1), (2, 2)]
+    assert diagonal_links(5, 3) == [(0, 0), (2, 1), (4, 2)]
+    assert diagonal_links(2, 1) == [(0, 0)] and diagonal_links(0, 4) == []
+
+
+def test_gold_files_read_in_both_formats_and_the_shipped_set_fits_its_sentences(tmp_path):
+    (tmp_path / "g.pharaoh").write_text("0-0 1p2 1-1\n\n", encoding="utf-8")
+    (tmp_path / "g.talp").write_text("1-1 2p3 2-2\n\n", encoding="utf-8")
+    for name, fmt in (("g.pharaoh", "pharaoh"), ("g.talp", "talp")):
+        first, empty = read_gold(tmp_path / name, fmt, [(2, 3), (1, 1)])
+        assert first.sure == {(0, 0), (1, 1)} and first.possible == {(0, 0), (1, 1), (1, 2)}
+        assert empty.sure == empty.possible == frozenset()
+    for part, pairs in (("dev", 50), ("test", 100)):
+        en = (GOLD / f"{part}.en").read_text(encoding="utf-8").splitlines()
+        de = (GOLD / f"{part}.de").read_text(encoding="utf-8").splitlines()
+        gold = read_gold(GOLD / f"{part}.links", "pharaoh",
+                         [(len(e.split()), len(d.split())) for e, d in zip(en, de)])
+        assert len(gold) == len(en) == len(de) == pairs
+        # every pair has links, and most words a sure one
+        assert all(g.sure for g in gold)
+        words = sum(len(d.split()) for d in de)
+        assert sum(len({j for _, j in g.sure}) for g in gold) > 0.85 * words
+
+
+def test_the_gold_sets_sentences_are_the_dev_splits_rows_it_names(small_data):
+    """The shipped pairs are Multi30k dev rows (`PART.rows`); the sample's validation split is
+    its first 100 rows, so the dev part's first rows can be checked here."""
+    rows = read_jsonl(small_data / "validation.jsonl")
+    en = (GOLD / "dev.en").read_text(encoding="utf-8").splitlines()
+    de = (GOLD / "dev.de").read_text(encoding="utf-8").splitlines()
+    numbers = [int(n) for n in (GOLD / "dev.rows").read_text().split()]
+    assert numbers == list(range(0, 300, 6))
+    checked = [i for i, n in enumerate(numbers) if n < len(rows)]
+    assert len(checked) >= 10
+    for i in checked:
+        assert (en[i], de[i]) == (rows[numbers[i]]["en"], rows[numbers[i]]["de"])
+
+
+@pytest.fixture(scope="module")
+def reverser():
+    """The toy reverse task trained until 90% of its answer positions attend to the right
+    source symbol (a few seconds)."""
+    run = train_toy("reverse", steps=2000, check_every=50, until=0.9, seed=0)
+    assert run.accuracy >= 0.9
+    return run.model
+
+
+def test_a_model_trained_to_reverse_aligns_each_word_to_its_mirror(reverser):
+    """End to end: teacher-forced attention, read as links, against the task's own gold (each
+    output word the mirror of a source word) and against the diagonal, which is wrong here."""
+    batch = toy_batch("reverse", 64, torch.Generator().manual_seed(7))
+    sources = [[t for t in row.tolist() if t != PAD] for row in batch.src]  # EOS last
+    outputs = [[t for t in row.tolist() if t not in (PAD, EOS)] for row in batch.tgt_out]
+    src_pieces = [[f"▁s{t}" for t in s[:-1]] + ["</s>"] for s in sources]  # a word a symbol
+    out_pieces = [[f"▁s{t}" for t in o] for o in outputs]
+    mirror = [Gold(frozenset((len(o) - 1 - j, j) for j in range(len(o))),
+                   frozenset((len(o) - 1 - j, j) for j in range(len(o)))) for o in outputs]
+    for each in ("source", "output"):  # either way of reading finds the mirror
+        links = align(reverser, sources, outputs, src_pieces, out_pieces,
+                      Reading(-1, None, False, each))
+        assert alignment_error(links, mirror).aer < 15, each
+    diagonal = [diagonal_links(len(o), len(o)) for o in outputs]
+    assert alignment_error(diagonal, mirror).aer > 80
+    # shifted, each word is read where the model attends to the next one's source: wrong here
+    shifted = align(reverser, sources, outputs, src_pieces, out_pieces, Reading(-1, None, True))
+    assert alignment_error(shifted, mirror).aer > 50
+
+
+@pytest.fixture(scope="module")
+def test_sources(small_data) -> list[str]:
+    return [row["en"] for row in read_jsonl(small_data / "test_2016_flickr.jsonl", 24)] + [""]
+
+
+def valid(links, source: str, output: str) -> bool:
+    n_src, n_out = len(source.split()), len(output.split())
+    return all(0 <= i < n_src and 0 <= j < n_out for i, j in links) and links == sorted(set(links))
+
+
+@pytest.mark.parametrize("beam, nbest", [(1, 1), (4, 3)])
+def test_decoding_returns_valid_links_for_every_hypothesis_equal_across_engines(
+        trained_run, test_sources, beam, nbest):
+    loaded = {engine: Ready.load(trained_run.run_dir, "cpu", "fp32", engine)
+              for engine in ("fast", "plain", "textbook")}
+    cfg = decode_options(loaded["fast"].recipe.decode, beam=beam)
+    found = {engine: decode_sentences(ready, test_sources, cfg, nbest=nbest,
+                                      with_scores=beam > 1, alignments=Reading())
+             for engine, ready in loaded.items()}
+    for source, hyps in zip(test_sources, found["fast"]):
+        assert len(hyps) == (nbest if source else 1)
+        for h in hyps:
+            assert valid(h.alignment, source, h.text), (source, h.text, h.alignment)
+    assert sum(bool(h.alignment) for hyps in found["fast"] for h in hyps) > len(test_sources) // 2
+    as_links = {engine: [[(h.text, h.alignment) for h in hyps] for hyps in out]
+                for engine, out in found.items()}
+    assert as_links["fast"] == as_links["plain"] == as_links["textbook"]
+    # without the option nothing is computed
+    plain = decode_sentences(loaded["fast"], test_sources[:3], cfg, nbest=nbest)
+    assert all(h.alignment is None for hyps in plain for h in hyps)
+
+
+def test_the_api_returns_alignments_and_the_rnn_aligns_from_its_attention(trained_rnn_run,
+                                                                          test_sources):
+    translator = Translator.load(trained_rnn_run.run_dir, device="cpu", precision="fp32")
+    out = translator.translate(test_sources, beam=3, return_alignments=True)
+    assert len(out) == len(test_sources) and out[-1].text == "" and out[-1].alignment == []
+    for source, t in zip(test_sources, out):
+        assert valid(t.alignment, source, t.text)
+    assert sum(bool(t.alignment) for t in out) > len(test_sources) // 2
+    one = translator.translate(test_sources[0], beam=3, return_alignments=True)
+    assert (one.text, one.alignment) == (out[0].text, out[0].alignment)  # alone as in a batch
+    assert pharaoh(out[0].alignment) == " ".join(f"{i}-{j}" for i, j in out[0].alignment)
+    with pytest.raises(TypeError, match="return_alignments must be True or False, not str"):
+        translator.translate("A dog.", return_alignments="yes")
