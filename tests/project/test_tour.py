@@ -76,6 +76,11 @@ def test_every_name_and_figure_the_tour_gives_exists():
     assert len(LINK.findall(tour.read_text(encoding="utf-8"))) >= 40
 
 
+def test_the_tour_opens_with_the_notebook_and_the_page():
+    head = (REPO / "docs/tour.md").read_text(encoding="utf-8").split("\n## ", 1)[0]
+    assert "(tour.ipynb)" in head and "(usage.md#serving)" in head and "translate serve" in head
+
+
 def test_every_stop_shows_code_a_test_and_a_figure_and_every_idea_has_one():
     sections = stops((REPO / "docs/tour.md").read_text(encoding="utf-8"))
     assert len(sections) >= 15
