@@ -84,3 +84,25 @@ def test_the_notebook_installs_itself_in_a_fresh_venv_and_runs_at_its_own_sizes(
     aligned = re.search(r"(\d+)% of answer positions aligned", text)
     assert aligned and int(aligned[1]) >= 90, text[:2000]
     print(f"the notebook from a fresh clone and venv: {minutes:.1f} minutes, install included")
+
+
+@pytest.mark.slow
+def test_the_set_up_cell_clones_and_installs_outside_a_clone(tmp_path):
+    """Colab's case: the kernel starts in an empty folder of a fresh environment; the first cell
+    clones the repository from $TRANSLATE_REPO_URL, installs the toolkit and imports it without a
+    restart (the package, not the clone's top folder, which the kernel's folder would shadow it
+    with were the clone named translate)."""
+    import subprocess
+    import sys
+
+    venv, here = tmp_path / "venv", tmp_path / "content"
+    here.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    cell = "".join(nbformat.read(NOTEBOOK, as_version=4).cells[1].source)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(TRANSLATE_REPO_URL=f"file://{REPO}", PATH=f"{venv / 'bin'}:{env.get('PATH', '')}")
+    ran = subprocess.run([str(venv / "bin/python"), "-c", cell], cwd=here, env=env, text=True,
+                         capture_output=True, timeout=1800)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert re.search(r"translate \S+ from \S+/content/translate-clone, torch ", ran.stdout), \
+        ran.stdout
