@@ -27,7 +27,7 @@ from torch import nn
 
 from translate.config import (Recipe, data_from, data_relative_to, in_todays_keys,
                               recipe_from_dict)
-from translate.files import UnsafeFileError, copy_into, describe, open_regular, same_file
+from translate.files import UnsafeFileError, copy_into, open_regular, same_file
 from translate.model_folder import ModelFolderError, is_model_folder, read_model_folder
 from translate.models import build_model
 from translate.tokenizer import Tokenizer
@@ -136,10 +136,6 @@ def read_checkpoint(path: str | Path, verify: bool = True, check_name: bool = Tr
     Only a regular file is read: a FIFO, a device or a link loop is refused by name before a
     byte is read, and a run folder's best.pt is not followed if it is a link."""
     path = Path(path)
-    if not path.exists():
-        what = describe(path)
-        raise CheckpointError(f"checkpoint not found: {path}" if what == "missing" else
-                              f"{path} is {what}, not a checkpoint")
     if is_model_folder(path):
         try:
             return _todays_recipe(read_model_folder(path))
@@ -155,6 +151,8 @@ def read_checkpoint(path: str | Path, verify: bool = True, check_name: bool = Tr
     try:
         with open_regular(path, follow=named, what="checkpoint") as f:
             data = _load(f, path, verify)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint not found: {path}") from None
     except UnsafeFileError as e:
         raise CheckpointError(str(e)) from None
     except OSError as e:

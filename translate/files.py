@@ -68,14 +68,16 @@ def open_regular(path: str | Path, size: int | None = None, follow: bool = False
                  what: str = "file") -> BinaryIO:
     """`path` opened for reading in binary, once it is known to be a regular file (of `size`
     bytes, when given). Without `follow`, a symbolic link is refused rather than opened through.
-    An UnsafeFileError names the file, what it is, and that it is no `what`."""
+    An UnsafeFileError names the file, what it is, and that it is no `what` (a link to nothing
+    included); a path with nothing at it raises FileNotFoundError."""
     path = Path(path)
     flags = os.O_RDONLY | NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else NOFOLLOW)
     try:
         fd = os.open(path, flags)
     except OSError as e:
+        dangling = e.errno == errno.ENOENT and path.is_symlink()  # followed to nothing
         link = e.errno in (errno.ELOOP, errno.EMLINK) or (not follow and path.is_symlink())
-        if link or e.errno == errno.ENXIO:  # ENXIO: a socket, or a device without its driver
+        if link or dangling or e.errno == errno.ENXIO:  # ENXIO: a socket, or a device without its driver
             note = "links are not followed here; " if link and not follow else ""
             raise UnsafeFileError(e.errno, f"{path} is {describe(path)}, not a {what}: {note}"
                                            f"put the {what} itself there") from None

@@ -41,7 +41,7 @@ from typing import BinaryIO, Iterator
 
 import torch
 
-from translate.files import UnsafeFileError, describe, open_regular
+from translate.files import UnsafeFileError, open_regular
 from translate.tokens import SPECIAL_IDS
 from translate.utils import first_line
 
@@ -143,7 +143,7 @@ def read_model_folder(path: Path) -> dict:
     """The checkpoint dict of an exported folder: model, recipe, tokenizer bytes and step."""
     config = _read_config(path)
     names = [config["weights"], config["tokenizer"]["src"], config["tokenizer"]["tgt"]]
-    missing = sorted({name for name in names if describe(path / name) == "missing"})
+    missing = sorted({name for name in names if not os.path.lexists(path / name)})
     if missing:
         raise ModelFolderError(f"{path}: incomplete exported model folder: missing "
                                f"{', '.join(missing)}")
@@ -283,7 +283,7 @@ def _read_config(path: Path) -> dict:
     """config.json, checked to be ours and whole; other models' folders are named for what
     they are."""
     file = path / CONFIG
-    if describe(file) == "missing":
+    if not os.path.lexists(file):
         raise ModelFolderError(f"{path}: incomplete exported model folder: missing {CONFIG}")
     with _open(file, "model config") as f:
         _check_at_most(file, f, MAX_CONFIG_BYTES, "config.json")
