@@ -13,6 +13,8 @@ from translate.utils import install_hint
 
 log = logging.getLogger(__name__)
 
+END_OF_RUN = ("test", "pick")  # the records a run writes once it has trained: the pick, test scores
+
 
 class MetricsLog:
     """Append-only JSON lines (metrics.jsonl), mirrored to TensorBoard when it is installed."""
@@ -51,7 +53,7 @@ class MetricsLog:
     def truncate(self, step: int) -> None:
         """Keep only the records up to `step` (resuming from it), so no step is logged twice.
 
-        Test-score records go too (the run goes on), as does a line cut short by a crash;
+        The end-of-run records go too (the run goes on), as does a line cut short by a crash;
         TensorBoard hides its events after `step`.
         """
         if not self.enabled:
@@ -66,7 +68,7 @@ class MetricsLog:
                 continue
             if not isinstance(record, dict) or not isinstance(record.get("step", 0), (int, float)):
                 continue  # not a record this log wrote
-            if record.get("step", 0) <= step and record.get("kind") != "test":
+            if record.get("step", 0) <= step and record.get("kind") not in END_OF_RUN:
                 kept.append(line + "\n")
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text("".join(kept), encoding="utf-8")

@@ -215,7 +215,7 @@ def _apply_override(raw: dict, item: str) -> None:
 RESUME_KEYS = ("max_steps", "max_epochs", "max_minutes", "eval_every", "eval_every_minutes",
                "patience", "keep_last", "step_checkpoints", "save_every", "log_every",
                "threads", "max_bad_losses", "monitor_splits", "engine", "valid_beam",
-               "keep_freed_memory", "cuda_graphs", "loss_chunk")
+               "keep_freed_memory", "cuda_graphs", "loss_chunk", "pick")
 
 
 def resume_overrides(raw: dict, overrides: list[str] | tuple = ()) -> dict:

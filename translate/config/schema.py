@@ -130,6 +130,10 @@ class TrainConfig:
     valid_beam: int = field(default=1, metadata={"min": 1, "max": 1024})
     patience: int = 0  # validations without dev-BLEU gain before stopping; 0: never
     keep_last: int = 2  # step checkpoints kept besides best.pt
+    # the checkpoint the test splits are scored with: "best" (best.pt) or "dev": best.pt or the
+    # raw average of the last keep_last step checkpoints, whichever translates dev better at
+    # decode.beam (translate.training.pick)
+    pick: str = field(default="best", metadata={"choices": ("best", "dev")})
     # step_N.pt and best.pt, written at validation: "weights" holds the weights alone (and the
     # EMA's), for decode, average and export, while last.pt (written at every validation too)
     # holds the training state; "full" puts the training state in each (about twice the size

@@ -14,6 +14,7 @@
     compilation.py  train.compile: the engine it takes, torch.compile once it is known to work
     graphs.py       train.cuda_graphs: the whole step recorded as a CUDA graph per batch shape
     validation.py   dev loss and BLEU
+    pick.py         train.pick: best.pt, or whichever of it and the last checkpoints' average dev prefers
     progress.py     TrainingBar: the progress bar, by steps or by the time budget
     checkpoints.py  which checkpoint a run resumes from, and whether it may; the disk checked first
     seeds.py        train_seeds(): one recipe trained once per seed, a run folder each

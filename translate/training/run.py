@@ -22,6 +22,7 @@ from translate.training.distributed import World, join, together
 from translate.training.graphs import check_recipe
 from translate.training.build import build_trainer, training_device, training_precision
 from translate.training.loop import Interrupted, Trainer
+from translate.training.pick import pick_on_dev
 from translate.training.prepare import prepare_data
 from translate.training.validation import Validation
 from translate.utils import first_line
@@ -80,18 +81,23 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
         if not world.is_main:  # rank 0 scores the test splits and reports
             return TrainResult(run_dir, run_dir / "best.pt", -1, steps, -1.0, main=False)
         validation = trainer.validation  # the run's device, precision, engine and data
-        best = load_checkpoint(run_dir / "best.pt", validation.device)
+        pick = (pick_on_dev(run_dir, validation, trainer.metrics, progress)
+                if recipe.train.pick == "dev" else run_dir / "best.pt")
+        best = load_checkpoint(pick, validation.device)
         scores = test_scores(best, validation, run_dir, trainer.metrics, progress)
-        result = TrainResult(run_dir, run_dir / "best.pt", best.step, steps,
-                             trainer.state.best_bleu, scores)
+        result = TrainResult(run_dir, pick, best.step, steps, trainer.state.best_bleu, scores)
         log.info("%s", summary(result))
     return result
 
 
 def summary(result: TrainResult) -> str:
     """The run's outcome as `translate train` reports it: best checkpoint, test scores, folder."""
-    lines = [f"\nbest checkpoint: {result.best_checkpoint} (step {result.best_step} of "
-             f"{result.steps}, dev BLEU {result.best_dev_bleu:.2f})"]
+    if result.best_checkpoint.name == "best.pt":
+        lines = [f"\nbest checkpoint: {result.best_checkpoint} (step {result.best_step} of "
+                 f"{result.steps}, dev BLEU {result.best_dev_bleu:.2f})"]
+    else:  # train.pick: dev chose the average (its dev BLEU logged above and in metrics.jsonl)
+        lines = [f"\ncheckpoint picked on dev: {result.best_checkpoint} (up to step "
+                 f"{result.best_step} of {result.steps})"]
     lines += [f"\n== {split} ==\n{scores.summary()}"
               for split, scores in result.test_scores.items()]
     return "\n".join(lines + [f"\nrun folder: {result.run_dir}"])
