@@ -15,9 +15,11 @@ from it by mistake, and it loads wherever a checkpoint does (`decode`, `evaluate
 
 Nothing the user has is overwritten: an output file that exists is refused, and with `force`
 replaced only if it is itself an average (a checkpoint `translate average` wrote) and a regular
-file; a run's own checkpoint names (best.pt, last.pt, step_<N>.pt) are refused as outputs
-always, since `--resume` and `decode` take files of those names for the run's, and so is any
-name for one of the run's checkpoints (a hard or symbolic link to it). The inputs must be one
+file; without `force` only this run's average of the same checkpoints and weights (the one its
+`train.pick` wrote, say) is written again. A run's own checkpoint names (best.pt, last.pt,
+step_<N>.pt) are refused as outputs always, since `--resume` and `decode` take files of those
+names for the run's, and so is any name for one of the run's checkpoints (a hard or symbolic
+link to it). The inputs must be one
 run's (their run ids), distinct (no step twice, no copies) and finite.
 """
 
@@ -136,6 +138,23 @@ def check_output(path: Path, force: bool, run_dir: Path | None = None) -> None:
                               f"replaces only those: give another -o")
 
 
+def renews(path: Path, run_dir: Path, last: int, raw: bool) -> bool:
+    """Whether `path` is a regular file holding this run's average of the same weights of its
+    last `last` step checkpoints, by name (the run's pick wrote it, or an earlier `average`):
+    the average is written again without --force."""
+    if not path.exists() or path.is_symlink() or output_kind(path) is not None:
+        return False
+    try:
+        earlier = read_checkpoint(path, verify=False, check_name=False)
+    except CheckpointError:
+        return False
+    names = [p.name for p in step_checkpoints(run_dir)[-last:]]
+    own_id = run_id(run_dir)
+    return (earlier.get("averaged") == names and own_id is not None
+            and earlier.get("averaged_weights") == ("raw" if raw else "model")
+            and earlier.get("run_id") == own_id)
+
+
 def _check_input(path: Path, data: dict, weights: dict, own_id: str | None, seen: dict) -> None:
     """An input must be the run's own, a step not averaged already, and its `weights` (those
     averaged) finite."""
@@ -160,7 +179,7 @@ def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | No
     if not run_dir.is_dir():
         raise CheckpointError(f"run folder not found: {run_dir}")
     path = Path(out) if out else run_dir / f"average_last{last}{'_raw' if raw else ''}.pt"
-    check_output(path, force, run_dir)
+    check_output(path, force or renews(path, run_dir, last, raw), run_dir)
     if last < 2:
         raise CheckpointError(f"--last must be at least 2, got {last}: one checkpoint is "
                               f"its own average")

@@ -63,6 +63,10 @@ def test_average_replaces_only_an_earlier_average_and_only_with_force(run, tmp_p
     assert mine.read_bytes() == b"my own bytes"
     average = tmp_path / "average.pt"
     assert cli("average", run, "--last", 3, "-o", average).exit_code == 0
+    again = cli("average", run, "--last", 3, "-o", average)  # the same average: written again
+    assert again.exit_code == 0, again.output
+    refused(cli("average", run, "--last", 2, "-o", average), "exists: give another -o")
+    refused(cli("average", run, "--last", 3, "--raw", "-o", average), "exists: give another -o")
     result = cli("average", run, "--last", 2, "-o", average, "--force")
     assert result.exit_code == 0, result.output
     assert read_checkpoint(average)["averaged"] == ["step_20.pt", "step_30.pt"]
