@@ -28,10 +28,8 @@ def test_the_notebook_runs_top_to_bottom(small_data, tmp_path, monkeypatch):
     monkeypatch.setenv("TRANSLATE_DATA", str(small_data))
     monkeypatch.delenv("TOUR_MODEL", raising=False)
     notebook = nbformat.read(NOTEBOOK, as_version=4)
-    start = time.perf_counter()
     NotebookClient(notebook, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(REPO / "docs")}}).execute()
-    seconds = time.perf_counter() - start
     text = "\n".join(o.get("text", "") for c in notebook.cells if c.cell_type == "code"
                      for o in c.outputs)
     images = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs
@@ -45,7 +43,6 @@ def test_the_notebook_runs_top_to_bottom(small_data, tmp_path, monkeypatch):
     # RNN's alignment
     assert len(images) == 8
     assert (tmp_path / "runs/transformer/best.pt").is_file()
-    assert seconds < 180, seconds
 
 
 @pytest.mark.slow
