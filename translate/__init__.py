@@ -3,7 +3,8 @@
 The package, a line a file or subpackage, each layer above the ones it may import (setup.cfg's
 [importlinter] contracts, which tests/project/test_layers.py checks):
 
-    __main__.py      `python -m translate`: the command below
+    __main__.py      `python -m translate` and the `translate` command: the allocator, then
+                     the command below
     cli.py           the `translate` command: each command parses, then calls one function
     cli_errors.py    how a command fails: one `Error:` line, once across torchrun's ranks
     cli_options.py   options several commands share, and parameter types
@@ -36,6 +37,7 @@ The package, a line a file or subpackage, each layer above the ones it may impor
     loss.py          label-smoothed cross-entropy
     models/          the textbook: attention, the Transformer, the RNN, their interface
     tokens.py        the special token ids
+    allocator.py     `translate train` under jemalloc (or tcmalloc) where the system has one
     utils.py         small helpers: logging, seeding and random states, stop signals, atomic
                      writes
     hardware.py      the machine: the device, the precisions, what the CPU offers
