@@ -135,13 +135,16 @@ def test_translate_train_runs_under_jemalloc(recipe_path, small_data, tmp_path):
     assert "memory: jemalloc allocates" in (run_dir / "train.log").read_text()
 
 
-@pytest.mark.parametrize("active, precision, amx, kept, warned", [
-    ("jemalloc", "bf16", True, False, False),  # glibc's settings would not apply
-    (None, "fp32", False, True, False),
-    (None, "bf16", True, True, True),  # the case that fragments: say what helps
+@pytest.mark.parametrize("active, precision, amx, setting, kept, warned", [
+    ("jemalloc", "bf16", True, "", False, False),  # glibc's settings would not apply
+    (None, "fp32", False, "", True, False),
+    (None, "bf16", True, "", True, True),  # the case that fragments: say what helps
+    (None, "bf16", True, "system", True, False),  # glibc's asked for: no advice
 ])
 def test_a_cpu_trainer_under_each_allocator(recipe_path, small_data, tmp_path, monkeypatch,
-                                           caplog, active, precision, amx, kept, warned):
+                                           caplog, active, precision, amx, setting, kept,
+                                           warned):
+    monkeypatch.setenv(allocator.SETTING, setting)
     made = []
     monkeypatch.setattr(build, "keep_freed_memory", lambda: made.append(1) or True)
     monkeypatch.setattr(build.allocator, "active", lambda: active)

@@ -44,6 +44,11 @@ def setting() -> str:
     return value
 
 
+def system_chosen() -> bool:
+    """Whether TRANSLATE_ALLOCATOR asks for the C library's allocator (then no advice)."""
+    return os.environ.get(SETTING, "").strip().lower() == "system"
+
+
 def find(name: str) -> Optional[str]:
     """The library of allocator `name` (jemalloc, tcmalloc) as the dynamic loader names it
     (e.g. 'libjemalloc.so.2'); None where the system has none."""

@@ -108,7 +108,7 @@ def set_up_allocator(cfg: TrainConfig, precision: str, world: World) -> None:
         return
     if cfg.keep_freed_memory:
         keep_freed_memory()
-    if precision == "bf16" and cpu_has_amx() and world.rank == 0:
+    if precision == "bf16" and cpu_has_amx() and world.rank == 0 and not allocator.system_chosen():
         log.warning("memory: glibc's allocator, whose heap fragments over a long bf16 run on "
                     "this CPU (slower steps, GBs more memory; docs/results.md): %s, and "
                     "`translate train` uses it", allocator.INSTALL_HINT)
