@@ -25,8 +25,10 @@ def pytest_configure(config):
     The tests compute on at most two threads, and every command they start on as many
     (OMP_NUM_THREADS, read by torch as a process starts, unless a test says otherwise): a value
     a test compares with a command's is then summed in the same order, whatever the machine's
-    core count or the shell's setting."""
-    threads = max(1, min(2, torch.get_num_threads()))
+    core count or the shell's setting. Under pytest-xdist (`-n N`) the workers share the cores:
+    each computes on its share of them, so that no two workers' threads spin on one core."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    threads = max(1, min(2, torch.get_num_threads() // workers))
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     if config.getoption("markexpr") != "gpu":

@@ -18,7 +18,10 @@ from translate.training.checkpoints import load_run_recipe
 def seeded(small_data, recipe_path, tmp_path_factory):
     """`translate train --seeds 1,2` of 20 steps each: (run dir given, the command's result)."""
     run_dir = tmp_path_factory.mktemp("seeds") / "run"
-    sets = [a for item in (*TINY_OVERRIDES, "train.max_steps=20", "train.eval_every=20")
+    sets = [a for item in (*TINY_OVERRIDES, "train.max_steps=20", "train.eval_every=20",
+                           # outputs of at most 12 pieces: an untrained model runs to the
+                           # length limit, and `compare` draws every output's attention
+                           "decode.max_len_a=0", "decode.max_len_b=12")
             for a in ("--set", item)]
     result = CliRunner().invoke(main, ["train", str(recipe_path), "--seeds", "1,2", "--data",
                                        str(small_data), "--run-dir", str(run_dir),
