@@ -14,7 +14,7 @@ from translate.training import build, build_trainer, prepare_data
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator")
 
-# Page faults while a 64 MB tensor is made and freed 8 times (after 8 times uncounted, while
+# Page faults while a 64 MB tensor is made and freed 16 times (after 8 times uncounted, while
 # the heap settles), before and after the call.
 FAULTS = """
 import resource, torch
@@ -24,7 +24,7 @@ def faults():
     for _ in range(8):
         torch.ones(16 << 20).sum()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(8):
+    for _ in range(16):
         torch.ones(16 << 20).sum()
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
@@ -39,9 +39,10 @@ def test_big_blocks_are_faulted_in_once_not_at_every_allocation():
     before, applied, after = int(out[0]), out[1], int(out[2])
     assert applied == "True"
     pages = (64 << 20) // 4096
-    assert before >= 6 * pages  # each allocation mapped afresh and faulted in page by page
-    assert after <= pages  # the heap's pages, reused by every allocation
-    assert after < before / 4
+    assert before >= 12 * pages  # each allocation mapped afresh and faulted in page by page
+    # The heap's pages, faulted in once and reused by the allocations after: once more where a
+    # small block lands behind the first big one (seen on a CI machine), never at every one.
+    assert after <= 4 * pages
 
 
 def test_other_c_libraries_are_left_alone(monkeypatch):
