@@ -34,6 +34,7 @@ import torch
 from translate.checkpoint import (FORMAT_VERSION, CheckpointError, read_checkpoint, step_number,
                                   write_checkpoint)
 from translate.files import describe, output_clash, output_kind
+from translate.locate import OWN_NAMES, Location, check_output_free, run_files
 from translate.model_folder import unique_tensors
 from translate.run_folder import check_own_checkpoint, run_id
 
@@ -122,6 +123,9 @@ def check_output(path: Path, force: bool, run_dir: Path | None = None) -> None:
         if clash:
             raise CheckpointError(f"{path} is the run's {clash} under another name (a link); "
                                   f"write the average under a name of its own")
+        logs = {what: p for what, p in run_files(run_dir).items() if p.suffix != ".pt"}
+        check_output_free(path, [Location("run folder", run_dir, run_dir, logs)],
+                          names=[name for name in OWN_NAMES if name != "*.pt"])
     if not (path.exists() or path.is_symlink()):
         return
     if not force:

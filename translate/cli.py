@@ -361,8 +361,13 @@ def align_score(checkpoint, gold, fmt, choose_on, json_path, device):
     (`translate align-score RUN gold/multi30k/test --choose-on gold/multi30k/dev`).
     """
     from translate.analysis.align_score import align_score as score, score_table, write_scores
+    from translate.locate import check_output_free, locate
 
     try:
+        if json_path:
+            golds = [Path(p) for p in (gold, choose_on) if p]
+            reads = {f"the gold file {f}": f for p in golds for f in p.parent.glob(f"{p.name}.*")}
+            check_output_free(json_path, [locate(checkpoint)], reads, "--json")
         _, scored = score(checkpoint, gold, fmt, device, choose_on=choose_on)
         written = write_scores(scored, json_path) if json_path else None
     except USER_ERRORS as e:
@@ -421,8 +426,11 @@ def serve(checkpoint, host, port, device, precision, engine, **limits):
 def curve(run_dirs, output, monitor, x, reach, json_path):
     """Plot dev BLEU against training wall-clock (or steps) for one or more RUN_DIRS."""
     from translate.analysis.reach import curve as write_curve
+    from translate.locate import check_output_free, locate
 
     try:
+        if json_path:
+            check_output_free(json_path, [locate(run_dir) for run_dir in run_dirs], option="--json")
         click.echo("\n".join(write_curve(run_dirs, output, monitor, x, reach or (), json_path)))
     except USER_ERRORS as e:
         fail(e)

@@ -26,6 +26,7 @@ from translate.data import DataError
 from translate.data.read import iter_lines
 from translate.files import output_clash, output_kind
 from translate.inference import decode_sentences
+from translate.locate import check_output_free, locate
 from translate.markup import Marked, MarkupError, restore, strip
 from translate.ready import Ready
 from translate.utils import atomic_write
@@ -53,9 +54,10 @@ def decode_file(checkpoint: str, input_path: str = "-", output_path: str = "-", 
     whose markup cannot be carried is a DataError naming it, before anything is written."""
     check_output(output_path, input_path, checkpoint)
     if alignments is not None:
-        check_output(alignments, input_path, checkpoint)
+        check_output(alignments, input_path, checkpoint, "--alignments")
         if alignments == "-" or os.path.abspath(alignments) == os.path.abspath(output_path) \
-                or output_clash(alignments, {"the translations' output": output_path}):
+                or output_clash(alignments, {"the translations' output":
+                                             1 if output_path == "-" else output_path}):
             raise OptionError(f"--alignments {alignments} would be written into the "
                               f"translations: give it a file of its own")
     ready = Ready.load(checkpoint, device, precision, engine)
@@ -106,10 +108,12 @@ def open_input(path: str):
     return open(p, "rb")
 
 
-def check_output(output_path: str, input_path: str, checkpoint: str | None = None) -> None:
+def check_output(output_path: str, input_path: str, checkpoint: str | None = None,
+                 option: str = "-o") -> None:
     """Refuse an output that cannot be written, or whose writing would destroy what is read:
-    the input (under any name, or as standard input), the checkpoint, or any checkpoint file;
-    and standard output that is the input file."""
+    the input (under any name, or as standard input), any of the model's files
+    (`locate.check_output_free`: a run's or an export's, by identity or by a name the run
+    writes), or any checkpoint file; and standard output that is the input file."""
     reads = {"the input file": input_path} if input_path != "-" else {"standard input": 0}
     if input_path != "-" and output_clash(input_path, {"standard output": 1}):
         raise DataError(f"standard output is the input file {input_path}: translating into it "
@@ -125,16 +129,15 @@ def check_output(output_path: str, input_path: str, checkpoint: str | None = Non
         raise DataError(f"the output {out} is {kind}; give a file, a FIFO or a device to write")
     if not out.parent.is_dir():
         raise DataError(f"the output's folder does not exist: {out.parent}")
-    if checkpoint is not None:
-        best = Path(checkpoint) / "best.pt"
-        reads["the checkpoint"] = best if Path(checkpoint).is_dir() else checkpoint
     clash = output_clash(out, reads)
     if clash:
         raise DataError(f"the output {out} is {clash}: translating into it would destroy "
-                        f"what is being read; choose another -o")
+                        f"what is being read; choose another {option}")
+    check_output_free(out, [locate(checkpoint)] if checkpoint is not None else [],
+                      option=option)
     if kind is None and out.exists() and _is_checkpoint(out):
         raise DataError(f"the output {out} is a checkpoint; translations would replace it: "
-                        f"choose another -o")
+                        f"choose another {option}")
 
 
 def _is_checkpoint(path: Path) -> bool:

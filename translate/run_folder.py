@@ -43,14 +43,11 @@ import yaml
 from translate.checkpoint import CheckpointError, read_checkpoint, step_number
 from translate.config import Recipe, data_relative_to
 from translate.files import describe, read_regular
+from translate.locate import RUN_FILE, RUN_PATTERNS
 from translate.utils import atomic_write, first_line
 
-RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
-# What `translate train` writes into a run folder: a folder holding any of these holds a run,
-# and a new run there needs --overwrite.
-RUN_PATTERNS = (RUN_FILE, "recipe.yaml", "metrics.jsonl", "train.log", "spm.model", "spm.*.model",
-                "*.pt", "*.hyp.*", ".*.tmp*")
+# A folder holding any of RUN_PATTERNS holds a run, and a new run there needs --overwrite.
 # The files of these names are a run's own whatever they hold (checkpoints: when they carry the
 # run's id; the test translations: those its recipe names).
 OWN_NAMES = (RUN_FILE, "recipe.yaml", "metrics.jsonl", "train.log", "spm.model")

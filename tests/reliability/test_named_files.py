@@ -153,8 +153,8 @@ def test_decode_writes_into_standard_output_named_dev_stdout(run, tmp_path):
 @pytest.mark.parametrize("output, says", [
     ("best.pt", "is the checkpoint"),
     ("hard link to best", "is the checkpoint"),
-    ("last.pt", "is a checkpoint; translations would replace it"),
-    ("step_200.pt", "is a checkpoint; translations would replace it"),
+    ("last.pt", "is the run's last.pt: writing there would destroy it"),
+    ("step_200.pt", "is the run's step_200.pt: writing there would destroy it"),
     ("socket", "is a socket; give a file, a FIFO or a device to write"),
 ])
 def test_decode_refuses_an_output_that_is_a_checkpoint_or_no_file(run, tmp_path, output, says):
