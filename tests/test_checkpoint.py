@@ -94,3 +94,23 @@ def test_added_model_keys_fill_saved_recipes_of_their_arch_only():
     assert in_todays_keys(rnn) == rnn
     given = {"model": {"norm": "rmsnorm", "fused_qkv": True}}
     assert in_todays_keys(given) == {"model": {"norm": "rmsnorm", "qk_norm": False}}
+
+
+def test_finite_weights_that_score_nan_are_refused_on_load_decode_and_export(trained_run,
+                                                                            tmp_path):
+    """Weights grown huge in a diverging run are finite, so no weight check sees them; the
+    model they make scores every piece NaN and would translate every sentence into one piece."""
+    from helpers.cli import cli, refused
+    from translate.checkpoint import CheckpointError, write_checkpoint
+
+    data = read_checkpoint(trained_run.best_checkpoint)
+    model = {name: w * 1e30 if w.is_floating_point() else w for name, w in data["model"].items()}
+    assert all(torch.isfinite(w).all() for w in model.values())
+    huge = tmp_path / "diverged.pt"
+    write_checkpoint(huge, {**data, "model": model})
+    with pytest.raises(CheckpointError, match="its weights are finite but its scores are NaN"):
+        load_checkpoint(huge)
+    refused(cli("decode", huge), "its scores are NaN or infinite", code=1)
+    refused(cli("export", huge, "-o", tmp_path / "out"), "its scores are NaN or infinite")
+    assert not (tmp_path / "out").exists()
+    load_checkpoint(trained_run.best_checkpoint)  # the run's own loads

@@ -177,3 +177,24 @@ def test_decode_invalid_utf8_names_the_line_and_leaves_no_partial_output(runner,
     assert result.exit_code == 1 and "line 2 is not valid UTF-8" in result.output
     assert "Traceback" not in result.output
     assert not out.exists() and list(tmp_path.iterdir()) == [src]  # nor a temporary file
+
+
+def test_a_command_started_with_standard_output_closed_says_so(trained_run, tmp_path):
+    """`translate decode RUN >&-`: one line, before anything is loaded or written; nothing is
+    written into whatever file the closed descriptor 1 would next be."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    source = tmp_path / "news.en"
+    source.write_text("A man rides a bike.\n")
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "translate", "decode", str(trained_run.run_dir),
+                           "-i", str(source)], stderr=subprocess.PIPE, text=True,
+                          preexec_fn=lambda: os.close(1),
+                          env={**os.environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == ["Error: standard output is closed: what the command "
+                                        "prints would be lost; redirect it to a file, or to "
+                                        "/dev/null to drop it"]

@@ -1,5 +1,7 @@
 import pytest
+from click.testing import CliRunner
 
+from translate.cli import main
 from translate.config import ConfigError, load_recipe, resume_overrides
 
 
@@ -103,3 +105,20 @@ def test_yaml_tags_are_not_executed(tmp_path):
     bad.write_text("train: !!python/object/apply:os.system ['echo hacked']\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_recipe(bad)
+
+
+def test_a_tokenizer_spec_giving_a_key_twice_is_refused_as_a_recipe_is(recipe_path, tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("model_type: bpe\nvocab_size: 8000\njoint: true\nvocab_size: 4000\n")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(recipe_path.read_text().replace("tokenizers/multi30k_joint_8k_bpe.yaml",
+                                                      str(spec)))
+    says = (f"{spec}: the key 'vocab_size' is given twice in one mapping (lines 2 and 4); "
+            f"keep one")
+    with pytest.raises(ConfigError) as error:
+        load_recipe(recipe)
+    assert str(error.value) == says
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    result = CliRunner().invoke(main, ["train", str(recipe), "--run-dir", str(tmp_path / "run")])
+    assert (result.exit_code, result.output) == (1, f"Error: {says}\n")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

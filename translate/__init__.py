@@ -26,6 +26,8 @@ The package, a line a file or subpackage, each layer above the ones it may impor
     checkpoint.py    self-describing checkpoints, and the model built from one
     scoring.py       sacreBLEU and chrF with signatures, legacy BLEU, paired bootstrap
     metrics.py       the run's metrics log (metrics.jsonl), mirrored to TensorBoard
+    locate.py        what a model path is (run, checkpoint, export) and its files, which no
+                     output may be
     data/            the data path, a module a step: read, clean, encode, cache, batch
     tokenizer.py     SentencePiece: train on the training split, save, encode
     model_folder.py  the exported model folder, read as a checkpoint

@@ -31,7 +31,7 @@ from translate.files import UnsafeFileError, copy_into, open_regular, same_file
 from translate.model_folder import ModelFolderError, is_model_folder, read_model_folder
 from translate.models import build_model
 from translate.tokenizer import Tokenizer
-from translate.tokens import SPECIAL_IDS
+from translate.tokens import BOS, SPECIAL_IDS
 from translate.utils import atomic_write, first_line
 
 FORMAT_VERSION = 1
@@ -274,8 +274,25 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
         detail = detail if len(detail) <= 300 else detail[:300] + "..."
         raise CheckpointError(f"{path}: weights do not fit the recipe's {recipe.model.arch} "
                               f"model ({detail})") from None
-    model.to(device).eval()
+    check_outputs_finite(model.eval(), tokenizer, path)
+    model.to(device)
     return Loaded(model, recipe, tokenizer, int(data.get("step", 0)), data)
+
+
+PROBE = "A man rides a bike."  # what `check_outputs_finite` translates the first word of
+
+
+@torch.no_grad()
+def check_outputs_finite(model: nn.Module, tokenizer: Tokenizer, path: str | Path) -> None:
+    """Refuse a model whose finite weights still give NaN or infinite scores (weights grown
+    huge in a diverging run): it would translate every sentence into the same piece, without a
+    word. One decoder step of one short sentence, in fp32."""
+    src = torch.tensor(tokenizer.encode_src([PROBE]))  # (1, S)
+    logits = model(src, torch.tensor([[BOS]]))  # (1, 1, V)
+    if not torch.isfinite(logits).all():
+        raise CheckpointError(f"{path}: its weights are finite but its scores are NaN or "
+                              f"infinite (weights grown huge as the loss diverged?); use a "
+                              f"checkpoint from before that")
 
 
 def check_weights_fit(build, args: tuple, state: dict, refusal: str) -> None:

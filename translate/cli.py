@@ -34,6 +34,9 @@ def main(verbose: bool) -> None:
     from translate.utils import log_to_console
 
     log_to_console(verbose)
+    if sys.stdout is None:  # started with standard output closed (`>&-`)
+        raise click.ClickException("standard output is closed: what the command prints would be "
+                                   "lost; redirect it to a file, or to /dev/null to drop it")
 
 
 @main.command()

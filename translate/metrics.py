@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from translate.utils import install_hint
+from translate.utils import atomic_write, install_hint
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +69,8 @@ class MetricsLog:
                 continue  # not a record this log wrote
             if record.get("step", 0) <= step and record.get("kind") not in END_OF_RUN:
                 kept.append(line + "\n")
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(kept), encoding="utf-8")
-        os.replace(tmp, self.path)
+        with atomic_write(self.path, "w") as f:
+            f.write("".join(kept))
         self.purge_step = step + 1
 
     def close(self) -> None:

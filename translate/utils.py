@@ -4,6 +4,7 @@ file writes. The device, the precision and what the machine offers are `translat
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import random
@@ -131,14 +132,33 @@ def stop_signals(announce: bool = True):
             signal.signal(s, old)
 
 
+# What a write meets when the disk, the user's quota or the file-size limit (`ulimit -f`) is
+# reached, or the file system is read-only: nothing the block does can go on.
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+class WriteError(OSError):
+    """A file that could not be written for want of room (NO_ROOM), the old one kept: the
+    message names the file, the reason (its `strerror`) and that nothing of it changed."""
+
+    def __init__(self, number: int, reason: str, message: str):
+        super().__init__(number, reason)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "wb") -> Iterator[IO]:
     """A file that becomes `path` only whole: written beside it under a temporary name, then
     flushed, fsynced and renamed over it (the rename fsynced too) when the block ends without an
     error; removed when it does not. A crash, a full disk or an error half-way leaves the old
-    `path`, if any, as it was. Text modes write UTF-8."""
+    `path`, if any, as it was; a full disk, a quota or a file-size limit met by the block's
+    writes or the commit is a WriteError saying so. Text modes write UTF-8."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    existed = path.exists()
     try:
         with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
             yield f
@@ -146,8 +166,14 @@ def atomic_write(path: str | Path, mode: str = "wb") -> Iterator[IO]:
             os.fsync(f.fileno())
         os.replace(tmp, path)
         _fsync_folder(path.parent)  # makes the rename itself survive a power cut
+    except OSError as e:
+        if e.errno not in NO_ROOM or isinstance(e, WriteError):
+            raise
+        kept = f"{path} is unchanged" if existed else "nothing was written"
+        raise WriteError(e.errno, e.strerror, f"could not write {path} ({e.strerror}); "
+                                              f"{kept}") from None
     finally:
-        if tmp.exists():
+        if os.path.lexists(tmp):
             tmp.unlink()
 
 

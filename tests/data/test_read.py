@@ -114,3 +114,21 @@ def test_flatten_appends_eos_to_every_sentence():
     flat, lengths = flatten([[5, 6], [], [7]], np.dtype(np.uint16))
     assert flat.tolist() == [5, 6, EOS, EOS, 7, EOS] and lengths.tolist() == [3, 1, 2]
     assert flat.dtype == np.uint16
+
+
+def test_a_line_without_end_is_refused_before_it_fills_memory(tmp_path):
+    """/dev/zero, or a binary file, as a file of sentences: the first line is over the cap,
+    named, after reading no more than the cap."""
+    import io
+
+    from translate.data.read import MAX_LINE_BYTES, iter_lines
+
+    with open("/dev/zero", "rb") as zero:
+        with pytest.raises(DataError, match=r"/dev/zero: line 1 is longer than 1,048,576 bytes"):
+            next(iter_lines(zero, "/dev/zero"))
+        assert zero.tell() <= MAX_LINE_BYTES + 1
+    lines = io.BytesIO(b"short\n" + b"x" * MAX_LINE_BYTES + b"\nafter\n")
+    with pytest.raises(DataError, match="news.en: line 2 is longer"):
+        list(iter_lines(lines, "news.en"))
+    exact = b"y" * (MAX_LINE_BYTES - 1) + b"\n"
+    assert list(iter_lines(io.BytesIO(exact + b"z"), "f")) == ["y" * (MAX_LINE_BYTES - 1), "z"]

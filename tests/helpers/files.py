@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import signal
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -21,3 +23,11 @@ def read_jsonl(path: Path, n: int | None = None) -> list[dict]:
             if n is not None and len(rows) >= n:
                 break
     return rows
+
+
+def ignore_sigxfsz_and_limit_files(size: int):
+    """For a child process: a write past `size` bytes fails with EFBIG, as on a full disk."""
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
+    return limit

@@ -4,6 +4,7 @@ its four experiments each revealing an answer, and is kept in git without output
 import json
 import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -103,3 +104,69 @@ def test_the_set_up_cell_clones_and_installs_outside_a_clone(tmp_path):
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert re.search(r"translate \S+ from \S+/content/translate-clone, torch ", ran.stdout), \
         ran.stdout
+
+
+FAKE_GIT = """#!{python}
+import json, os, pathlib, sys
+
+with open(os.environ["FAKE_GIT_LOG"], "a") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\\n")
+clone = pathlib.Path(sys.argv[-1])  # a clone of the toolkit, as far as the cell can tell
+(clone / ".git").mkdir(parents=True)
+(clone / "translate").mkdir()
+(clone / "setup.cfg").write_text("")
+(clone / "translate/toy.py").write_text("")
+"""
+
+
+@pytest.fixture
+def set_up_cell(tmp_path, monkeypatch):
+    """The set-up cell, run in an empty folder (not a clone) with a fake `git` on PATH that
+    records its arguments (`calls()`) and makes a clone-shaped folder."""
+    bin_dir, here, log = tmp_path / "bin", tmp_path / "content", tmp_path / "git.log"
+    bin_dir.mkdir()
+    here.mkdir()
+    git = bin_dir / "git"
+    git.write_text(FAKE_GIT.format(python=sys.executable))
+    git.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GIT_LOG", str(log))
+    monkeypatch.chdir(here)
+    cell = "".join(nbformat.read(NOTEBOOK, as_version=4).cells[1].source)
+
+    def run(url):
+        monkeypatch.setenv("TRANSLATE_REPO_URL", url)
+        namespace = {}
+        exec(compile(cell, "set-up cell", "exec"), namespace)
+        return namespace["REPO"]
+
+    run.calls = lambda: [json.loads(line) for line in log.read_text().splitlines()] \
+        if log.exists() else []
+    run.here = here
+    return run
+
+
+@pytest.mark.parametrize("url", ["--upload-pack=touch pwned", "-c", "-"])
+def test_the_set_up_cell_refuses_an_address_git_would_take_for_an_option(set_up_cell, url):
+    with pytest.raises(SystemExit, match=f"REPO_URL {re.escape(repr(url))} starts with '-', "
+                                         f"which git would take for an option"):
+        set_up_cell(url)
+    assert set_up_cell.calls() == [] and list(set_up_cell.here.iterdir()) == []
+
+
+def test_the_set_up_cell_clones_after_double_dash_once_and_then_reuses_the_clone(set_up_cell):
+    url = "https://example.org/translate.git"
+    assert set_up_cell(url) == set_up_cell.here / "translate-clone"
+    assert set_up_cell.calls() == [["clone", "--depth", "1", "--", url, "translate-clone"]]
+    assert set_up_cell(url) == set_up_cell.here / "translate-clone"  # run again: no new clone
+    assert set_up_cell("") == set_up_cell.here / "translate-clone"
+    assert len(set_up_cell.calls()) == 1
+
+
+def test_the_set_up_cell_never_clones_over_a_folder_that_is_no_clone(set_up_cell):
+    (set_up_cell.here / "translate-clone").mkdir()
+    (set_up_cell.here / "translate-clone/notes.txt").write_text("mine\n")
+    with pytest.raises(SystemExit, match="translate-clone exists and is no clone of the toolkit"):
+        set_up_cell("https://example.org/translate.git")
+    assert set_up_cell.calls() == []
+    assert (set_up_cell.here / "translate-clone/notes.txt").read_text() == "mine\n"

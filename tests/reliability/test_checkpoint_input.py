@@ -2,8 +2,6 @@
 
 import os
 import pathlib
-import resource
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +11,7 @@ import torch
 import yaml
 from click.testing import CliRunner
 
+from helpers.files import ignore_sigxfsz_and_limit_files
 from helpers.training import TINY_OVERRIDES
 from translate.checkpoint import read_checkpoint
 from translate.cli import main
@@ -61,14 +60,6 @@ def test_a_recipe_that_runs_code_on_loading_is_refused(tmp_path):
     assert not marker.exists()
     yaml.unsafe_load(recipe.read_text(encoding="utf-8"))  # the payload is real
     assert marker.is_dir()
-
-
-def ignore_sigxfsz_and_limit_files(size: int):
-    """For a child process: a write past `size` bytes fails with EFBIG, as on a full disk."""
-    def limit():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
-    return limit
 
 
 FULL_DISK_SAVE = """

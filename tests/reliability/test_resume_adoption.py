@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from helpers.cli import cli, refused, sets
 from helpers.training import TINY_OVERRIDES
@@ -85,6 +86,15 @@ def test_adopt_is_refused_without_resume(recipe_path, small_data, tmp_path):
 
 # -- counters no run reaches ----------------------------------------------------------------------
 
+def first_float(tensors: dict) -> torch.Tensor:
+    """The first floating-point tensor of a (nested) dict, to write a NaN into."""
+    for value in tensors.values():
+        found = first_float(value) if isinstance(value, dict) else value
+        if isinstance(found, torch.Tensor) and found.is_floating_point() and found.numel() > 1:
+            return found
+    return None
+
+
 @pytest.mark.parametrize("change, says", [
     (lambda d: d.update(step=-5), "its step is -5, not a count a run reaches"),
     (lambda d: d["trainer"].update(epoch=-1), "its trainer.epoch is -1"),
@@ -100,6 +110,12 @@ def test_adopt_is_refused_without_resume(recipe_path, small_data, tmp_path):
     (lambda d: d["trainer"].update(warmup_end=1.5), "its trainer.warmup_end is 1.5, outside"),
     (lambda d: d["trainer"].update(warmup_end="0.2"), "its trainer.warmup_end is '0.2'"),
     (lambda d: d.update(step=0) or d["trainer"].update(epoch=9), "it is at step 0 but in epoch 9"),
+    (lambda d: d["trainer"].update(elapsed=float("inf")), "its trainer.elapsed is inf, outside"),
+    (lambda d: d["trainer"].update(train_seconds=float("inf")), "its trainer.train_seconds is inf, outside"),
+    (lambda d: first_float(d["model"]).fill_(float("nan")), "its weight "),
+    (lambda d: first_float(d.get("train_model", d["model"])).fill_(float("inf")), "its weight "),
+    (lambda d: first_float(d["optimizer"]["state"]).fill_(float("nan")),
+     "its optimizer.state."),
 ])
 def test_a_crafted_last_pt_with_impossible_counters_is_refused_by_name(run, change, says):
     data = read_checkpoint(run / "last.pt")

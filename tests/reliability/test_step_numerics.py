@@ -104,5 +104,7 @@ def test_training_goes_on_past_few_bad_losses_and_stops_on_many(monkeypatch, rec
     assert result.exit_code == 1 and "Traceback" not in result.output
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert errors == [errors[0]] and "3 batches had a NaN/inf loss" in errors[0]
-    assert "after step 3:" in errors[0] and "Train anew with a lower train.lr" in errors[0]
-    assert "--resume keeps the run's rates" in errors[0]  # not a hint it would refuse
+    assert "after step 3:" in errors[0] and ("Train anew (another --run-dir, or --overwrite) "
+                                             "with a lower train.lr") in errors[0]
+    assert "--resume" not in errors[0]  # resuming keeps the rates that diverged
+    assert (tmp_path / "diverged" / "run.json").is_file()  # a run --overwrite may start over

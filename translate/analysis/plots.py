@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from translate.files import output_kind
+from translate.files import open_regular, output_kind
 from translate.utils import atomic_write, install_hint
 
 # how the image files a figure may replace begin: PNG, PDF, SVG, JPEG, PostScript
@@ -24,13 +25,17 @@ class MetricsError(ValueError):
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    """All records of a run's metrics.jsonl, in order."""
+    """All records of a run's metrics.jsonl, in order, each checked (`_check_record`); a log
+    that is a FIFO or a device is refused unread (an UnsafeFileError naming what it is)."""
     path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        raise MetricsError(f"no metrics log at {path}")
+    try:
+        with open_regular(path, follow=True, what="metrics log") as f:  # never a FIFO or /dev/zero
+            data = f.read()
+    except FileNotFoundError:
+        raise MetricsError(f"no metrics log at {path}") from None
     records = []
     try:
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise MetricsError(f"{path}: not valid UTF-8 (byte {e.start})") from None
     for number, line in enumerate(text.splitlines(), 1):
@@ -50,6 +55,11 @@ RECORD_NUMBERS = {"train": ("step", "elapsed", "tok_per_s"), "valid": ("step", "
                   "test": ("step", "bleu")}
 
 
+# The fields that hold seconds of wall-clock; those that hold a BLEU end in "bleu" ("dev_bleu",
+# "bleu", "<split>_bleu").
+SECONDS_KEYS = ("elapsed", "train_seconds")
+
+
 def _check_record(record, where: str) -> None:
     if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
         raise MetricsError(f"{where} is not a metrics record (a JSON object with a 'kind')")
@@ -58,6 +68,15 @@ def _check_record(record, where: str) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise MetricsError(f"{where}: its {record['kind']} record has {value!r} under "
                                f"'{key}', not a number")
+    for key, value in record.items():  # a number no run can log (NaN fails every comparison)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if key.endswith("bleu") and not 0 <= value <= 100:
+            raise MetricsError(f"{where}: its {record['kind']} record has {value!r} under "
+                               f"'{key}', not a BLEU from 0 to 100")
+        if key in SECONDS_KEYS and not 0 <= value < math.inf:
+            raise MetricsError(f"{where}: its {record['kind']} record has {value!r} under "
+                               f"'{key}', not a time in seconds (finite, not negative)")
 
 
 # What a learning curve's x axis can be: the value read from a "valid" record, and its label.

@@ -223,9 +223,17 @@ def _file_identity(path: Path) -> dict:
     return {"name": path.name, "size": path.stat().st_size, "sha256": digest}
 
 
+MAX_LINE_BYTES = 1 << 20  # a sentence, a line of links: far less; /dev/zero: no end
+
+
 def iter_lines(stream: BinaryIO, name: str) -> Iterator[str]:
-    """Lines of a binary stream as text, one at a time, naming the line of any invalid byte."""
-    for number, raw in enumerate(stream, 1):
+    """Lines of a binary stream as text, one at a time, naming the line of any invalid byte and
+    any line longer than MAX_LINE_BYTES (a binary file, a device with no line ends), which is
+    refused before more of it is read."""
+    for number, raw in enumerate(iter(lambda: stream.readline(MAX_LINE_BYTES + 1), b""), 1):
+        if len(raw) > MAX_LINE_BYTES:
+            raise DataError(f"{name}: line {number} is longer than {MAX_LINE_BYTES:,} bytes; "
+                            f"is it a text file of sentences, one a line?")
         try:
             yield raw.decode("utf-8").rstrip("\n").rstrip("\r")
         except UnicodeDecodeError as e:

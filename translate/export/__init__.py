@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ from pathlib import Path
 from translate.checkpoint import load_checkpoint
 from translate.export.peer import ExportError
 from translate.model_folder import DTYPES, is_model_folder, write_model_folder
-from translate.utils import install_hint
+from translate.utils import NO_ROOM, install_hint
 
 FORMATS = ("inference", "ctranslate2", "hf")
 # format -> the packages it needs (protobuf: transformers reads spm.model with it)
@@ -93,10 +94,22 @@ def export(checkpoint: str | Path, fmt: str, out: str | Path, dtype: str | None 
             out.rmdir()  # empty, as checked
         out.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp, out)
+    except Exception as e:
+        number = e.errno if isinstance(e, OSError) else _os_error(e)
+        if number not in NO_ROOM:
+            raise
+        raise ExportError(f"could not write {out} ({os.strerror(number)}); nothing of it was "
+                          f"written") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
     return Exported(out, fmt, source, _size(source), files)
+
+
+def _os_error(error: Exception) -> int | None:
+    """The OS error number a library's own error reports ("... (os error 28)"), if any."""
+    found = re.search(r"\(os error (\d+)\)", str(error))
+    return int(found[1]) if found else None
 
 
 def _check_options(fmt: str, out: Path, dtype: str | None, quantization: str | None) -> None:

@@ -15,14 +15,16 @@ from and whether it may, and which step checkpoints to drop.
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 from dataclasses import fields, replace
 from pathlib import Path
 
+import torch
 from torch import nn
 
-from translate.checkpoint import (CheckpointError, checkpoint_tokenizer, read_checkpoint,
-                                  step_number)
+from translate.checkpoint import (CheckpointError, check_finite, checkpoint_tokenizer,
+                                  read_checkpoint, step_number)
 from translate.config import ConfigError, Recipe, data_from, recipe_from_dict, resume_overrides
 from translate.run_folder import (RUN_FILE, check_own_checkpoint, check_plain_files, run_id,
                                   write_run_id)
@@ -211,13 +213,12 @@ def check_counters(path: Path, checkpoint: dict) -> None:
                                   f"(a whole number, 0 or more); resume from another checkpoint")
     for name in ("elapsed", "train_seconds", "best_bleu"):
         value = trainer.get(name)
-        low = -1.0 if name == "best_bleu" else 0.0  # -1: no validation yet
-        high = 100.0 if name == "best_bleu" else float("inf")
+        low, high = (-1.0, 100.0) if name == "best_bleu" else (0.0, math.inf)  # -1: no BLEU yet
         if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                not low <= value <= high or value != value:
+                not math.isfinite(value) or not low <= value <= high:
+            reach = "-1 to 100" if name == "best_bleu" else "a finite number of seconds, 0 or more"
             raise CheckpointError(f"{path}: its trainer.{name} is {value!r}, outside what a run "
-                                  f"reaches ({low:g} to {high:g}); resume from another "
-                                  f"checkpoint")
+                                  f"reaches ({reach}); resume from another checkpoint")
     warmup_end = trainer.get("warmup_end")
     if warmup_end is not None and (isinstance(warmup_end, bool) or
                                    not isinstance(warmup_end, (int, float)) or
@@ -228,6 +229,31 @@ def check_counters(path: Path, checkpoint: dict) -> None:
     if checkpoint["step"] == 0 and trainer.get("epoch", 0) > 1:
         raise CheckpointError(f"{path}: it is at step 0 but in epoch {trainer['epoch']}; resume "
                               f"from another checkpoint")
+    check_state_finite(path, checkpoint)
+
+
+def check_state_finite(path: Path, checkpoint: dict) -> None:
+    """The weights a run resumes with (the EMA's, the optimizer's own) and the optimizer's
+    moments hold no NaN or infinity: a run resumed from them would train on garbage."""
+    check_finite(checkpoint["model"], path)
+    check_finite(checkpoint.get("train_model", {}), path)
+    for name, moment in _tensors(checkpoint.get("optimizer", {}), "optimizer"):
+        if moment.is_floating_point() and not torch.isfinite(moment).all():
+            raise CheckpointError(f"{path}: its {name} holds NaN or infinite values (the loss "
+                                  f"diverged before it was saved?); resume from a checkpoint "
+                                  f"from before that")
+
+
+def _tensors(value, name: str):
+    """(name, tensor) of every tensor in nested dicts and lists."""
+    if isinstance(value, torch.Tensor):
+        yield name, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _tensors(item, f"{name}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _tensors(item, f"{name}.{index}")
 
 
 def check_resumable(path: Path, checkpoint: dict, recipe: Recipe) -> None:

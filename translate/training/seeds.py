@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from translate.config import Recipe, TrainConfig
+from translate.run_folder import check_names_free, owned_files, run_files
 from translate.training.distributed import launched_together
 from translate.training.run import TrainResult, train
 
@@ -28,10 +29,12 @@ def seed_run_dir(run_dir: Path, seed: int) -> Path:
     return run_dir.parent / f"{run_dir.name}-seed{seed}"
 
 
-def check_seeds(seeds: Sequence[int], run_dir: Path, overwrite: bool = False) -> list[Path]:
+def check_seeds(seeds: Sequence[int], run_dir: Path, recipe: Recipe,
+                overwrite: bool = False) -> list[Path]:
     """Each seed's run folder, once the seeds are found to be distinct integers in train.seed's
-    range (at most MAX_SEEDS of them) and, without `overwrite`, none of the folders to exist; a
-    ValueError names the first value or folder that is not."""
+    range (at most MAX_SEEDS of them) and, without `overwrite`, none of the folders to exist
+    (with it, each that exists to be one a run of `recipe` may start over in); a ValueError
+    names the first value or folder that is not."""
     if not seeds:
         raise ValueError("--seeds: give one or more seeds, e.g. --seeds 1,2,3")
     if len(seeds) > MAX_SEEDS:
@@ -48,7 +51,18 @@ def check_seeds(seeds: Sequence[int], run_dir: Path, overwrite: bool = False) ->
         if folder.exists() and not overwrite:
             raise ValueError(f"{folder} exists: give another --run-dir, or --overwrite to start "
                              f"over in the seeds' folders")
+        if folder.is_dir():
+            check_start_over(folder, recipe)
     return folders
+
+
+def check_start_over(folder: Path, recipe: Recipe) -> None:
+    """Refuse, before any seed trains, a folder that its seed's run would refuse as it starts
+    (`run_folder.start_run`): one holding a run's files without a run.json naming the run, or
+    a link, a FIFO or another run's checkpoint under a name the run writes."""
+    if run_files(folder):
+        owned_files(folder)  # a RunFolderError where no run.json names the run
+    check_names_free(folder, recipe)
 
 
 def train_seeds(recipe: Recipe, run_dir: Path, seeds: Sequence[int],
@@ -64,7 +78,7 @@ def train_seeds(recipe: Recipe, run_dir: Path, seeds: Sequence[int],
     if launched_together():
         raise ValueError("--seeds trains one run after another in one process: under torchrun "
                          "train each seed on its own (--set train.seed=N --run-dir ...)")
-    folders = check_seeds(seeds, run_dir, overwrite)
+    folders = check_seeds(seeds, run_dir, recipe, overwrite)
     results = []
     for seed, folder in zip(seeds, folders):
         log.info("seed %d (of seeds %s): %s", seed, ",".join(map(str, seeds)), folder)

@@ -197,8 +197,9 @@ class Updater:
         if state.bad_losses > most:
             raise TrainingError(f"{where}: {state.bad_losses} batches had a NaN/inf loss, over "
                                 f"train.max_bad_losses ({most}); stopping. "
-                                f"Train anew with a lower train.lr or a longer train.warmup "
-                                f"(--resume keeps the run's rates, so it would diverge again)")
+                                f"Train anew (another --run-dir, or --overwrite) with a lower "
+                                f"train.lr or a longer train.warmup: a resumed run keeps its "
+                                f"rates and would diverge again")
         log.warning("%s: skipped (%d of at most %d)", where, state.bad_losses, most)
 
     def _load_optimizers(self, data: dict) -> None:
