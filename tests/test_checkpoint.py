@@ -93,7 +93,8 @@ def test_added_model_keys_fill_saved_recipes_of_their_arch_only():
     rnn = {"model": {"arch": "rnn", "cell": "gru"}}
     assert in_todays_keys(rnn) == rnn
     given = {"model": {"norm": "rmsnorm", "fused_qkv": True}}
-    assert in_todays_keys(given) == {"model": {"norm": "rmsnorm", "qk_norm": False}}
+    assert in_todays_keys(given) == {"model": {"norm": "rmsnorm", "qk_norm": False,
+                                               "cross_query_norm": "head"}}
 
 
 def test_finite_weights_that_score_nan_are_refused_on_load_decode_and_export(trained_run,

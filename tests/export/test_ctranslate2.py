@@ -25,10 +25,16 @@ PIECES = ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4, V_SRC)]
 
 
 def tiny(joint: bool, **overrides):
+    """A random model; its QK-norm scales drawn away from 1, as training leaves them."""
     torch.manual_seed(0)
     cfg = TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
                             dropout=0.0, max_positions=64, **overrides)
-    return build_model(cfg, V_SRC, V_SRC if joint else V_TGT, shared_vocab=joint).eval()
+    model = build_model(cfg, V_SRC, V_SRC if joint else V_TGT, shared_vocab=joint).eval()
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if name.endswith(("q_norm.weight", "k_norm.weight")):
+                weight.uniform_(0.5, 2.0)
+    return model
 
 
 def batch(v_tgt: int):
@@ -51,6 +57,10 @@ def batch(v_tgt: int):
     (True, {"positions": "rope"}),  # CT2's rotary self-attention, channel pairs interleaved
     (False, {"positions": "rope", "norm": "rmsnorm", "activation": "swiglu",
              "tie_embeddings": False}),
+    # CT2's QK-norm: per head in self-attention, the queries over the width in cross-attention
+    (True, {"positions": "rope", "qk_norm": True, "cross_query_norm": "width"}),
+    (False, {"qk_norm": True, "cross_query_norm": "width", "norm": "rmsnorm",
+             "activation": "swiglu", "tie_embeddings": False}),
 ])
 def test_ctranslate2_log_probs_and_greedy_equal_ours(joint, overrides, tmp_path):
     model = tiny(joint, **overrides)
@@ -147,3 +157,47 @@ def test_a_separate_vocabulary_folder_translates_with_its_own_spm_files(small_da
     ours = translate_sentences(Ready(model.eval(), tokenizer), sources,
                                replace(cfg.decode, max_len_a=0, max_len_b=limit))
     assert theirs == ours
+
+
+def test_qk_norm_per_head_in_cross_attention_is_refused_in_one_line(tmp_path):
+    """CTranslate2 normalises cross-attention's queries over the width: a model whose are
+    normalised per head would score otherwise (0.4 apart in log-probabilities), so it is
+    refused, naming the option that makes one CTranslate2 holds."""
+    from translate.export.peer import ExportError
+
+    with pytest.raises(ExportError, match=r"cannot hold model.qk_norm: true with "
+                                          r"model.cross_query_norm: head .* --set "
+                                          r"model.cross_query_norm=width"):
+        to_ctranslate2(tiny(True, positions="rope", qk_norm=True), PIECES, PIECES,
+                       tmp_path / "ct2")
+    assert not (tmp_path / "ct2").exists()
+
+
+def test_the_default_recipe_with_width_query_norm_translates_as_we_do(small_data, tmp_path):
+    """A tiny model of recipes/multi30k/transformer.yaml (rope, QK-norm) with cross-attention's
+    queries normalised over the width: 20 dev sentences at beam 5 (and greedy), CTranslate2's
+    output equal to ours, and its log-probabilities within 1e-4 of ours."""
+    from helpers.training import RECIPES, TINY_OVERRIDES, train_tiny
+
+    overrides = [*TINY_OVERRIDES, "model.cross_query_norm=width", "decode.beam=5"]
+    run = train_tiny(RECIPES / "transformer.yaml", overrides, small_data, 100, tmp_path / "run")
+    loaded = load_checkpoint(run.run_dir)
+    assert (loaded.model.cfg.positions, loaded.model.cfg.qk_norm) == ("rope", True)
+    out = export(run.run_dir, "ctranslate2", tmp_path / "ct2")
+    translator = ctranslate2.Translator(str(out.out), "cpu", intra_threads=1)
+    sources = [row["en"] for row in read_jsonl(small_data / "validation.jsonl", 20)]
+    for beam in (1, 5):
+        cfg = replace(loaded.recipe.decode, beam=beam, early_exit=False)
+        ours = translate_sentences(Ready(loaded.model, loaded.tokenizer), sources, cfg)
+        assert decode(translator, loaded.tokenizer, sources, cfg,
+                      loaded.model.cfg.max_positions) == ours
+    tok = loaded.tokenizer
+    src_ids, tgt_ids = tok.encode_src(sources[:4]), tok.encode_tgt(
+        [row["de"] for row in read_jsonl(small_data / "validation.jsonl", 4)])
+    scored = translator.score_batch([[tok.src.id_to_piece(i) for i in ids[:-1]] for ids in src_ids],
+                                    [[tok.tgt.id_to_piece(i) for i in ids[:-1]] for ids in tgt_ids])
+    for src, tgt, result in zip(src_ids, tgt_ids, scored):
+        with torch.no_grad():
+            logits = loaded.model(torch.tensor([src]), torch.tensor([[2] + tgt[:-1]]))
+        ours = torch.log_softmax(logits, -1)[0].gather(-1, torch.tensor(tgt)[:, None])[:, 0]
+        torch.testing.assert_close(torch.tensor(result.log_probs), ours, atol=1e-4, rtol=0)

@@ -182,8 +182,10 @@ def test_fast_training_step_equals_the_plain_one_with_each_model_option(options,
 
 
 @pytest.mark.parametrize("options", [{"positions": "rope"}, {"qk_norm": True},
-                                     {"positions": "rope", "qk_norm": True}],
-                         ids=["rope", "qk_norm", "rope+qk_norm"])
+                                     {"positions": "rope", "qk_norm": True},
+                                     {"positions": "rope", "qk_norm": True,
+                                      "cross_query_norm": "width"}],
+                         ids=["rope", "qk_norm", "rope+qk_norm", "rope+qk_norm+width"])
 @pytest.mark.parametrize("fuse_qkv", [True, False], ids=["fused", "three-matmuls"])
 def test_the_attention_options_run_in_the_fast_engine_as_in_the_textbook(options, fuse_qkv,
                                                                          small_data):

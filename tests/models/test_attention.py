@@ -212,6 +212,47 @@ def test_with_qk_norm_scaling_the_query_or_key_projection_leaves_the_weights(rol
     assert not torch.allclose(with_weights(plain, x, **kwargs)[1], plain_weights, atol=1e-2)
 
 
+def test_a_width_query_norm_normalises_all_heads_at_once_and_keeps_sdpa_exact():
+    """cross_query_norm width: with the scales at 1, each position's query has RMS 1 over all
+    D channels, while one head's slice does not; a small head stays small. Keys stay per head.
+    The fused and written-out paths agree, and a cache changes nothing."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(D, H, role=CROSS, qk_norm=True, query_norm="width").eval()
+    assert attn.q_norm.weight.shape == (D,) and attn.k_norm.weight.shape == (D // H,)
+    x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
+    with torch.no_grad():
+        attn.q_proj.weight[: D // H] *= 0.01  # head 0's queries made small
+        attn.q_proj.bias[: D // H] *= 0.01
+        q = attn.queries(attn.q_proj(x), 0)  # (B, H, T, Dh)
+    whole = q.transpose(1, 2).reshape(B, T, D)
+    torch.testing.assert_close(whole.pow(2).mean(-1), torch.ones(B, T), atol=1e-4, rtol=0)
+    per_head = q.pow(2).mean(-1)  # (B, H, T)
+    assert per_head[:, 0].max() < 0.01 < per_head[:, 1:].min()
+    per_head_attn = MultiHeadAttention(D, H, role=CROSS, qk_norm=True).eval()
+    per_head_attn.load_state_dict({**attn.state_dict(),
+                                   "q_norm.weight": torch.ones(D // H)})
+    with torch.no_grad():
+        head_q = per_head_attn.queries(per_head_attn.q_proj(x), 0)
+    # each head to 1 (head 0's small queries too, but for the epsilon's share)
+    torch.testing.assert_close(head_q.pow(2).mean(-1), torch.ones(B, H, T), atol=0.1, rtol=0)
+    mask = padding_mask(SRC)
+    fused = attn(x, context=memory, mask=mask)
+    written_out, weights = with_weights(attn, x, context=memory, mask=mask)
+    torch.testing.assert_close(fused, written_out, atol=1e-5, rtol=1e-5)
+    cache = KVCache()
+    steps = [attn(x[:, t: t + 1], context=memory, mask=mask, cache=cache) for t in range(T)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), fused, atol=1e-5, rtol=1e-5)
+
+
+def test_a_width_query_norm_is_for_cross_attention_with_qk_norm():
+    with pytest.raises(ValueError, match="normalises cross-attention's queries"):
+        MultiHeadAttention(D, H, role=DECODER_SELF, qk_norm=True, query_norm="width")
+    with pytest.raises(ValueError, match="normalises cross-attention's queries"):
+        MultiHeadAttention(D, H, role=CROSS, query_norm="width")
+    with pytest.raises(ValueError, match="query_norm is one of"):
+        MultiHeadAttention(D, H, role=CROSS, qk_norm=True, query_norm="model")
+
+
 def test_rope_is_refused_in_cross_attention_and_for_an_odd_head_width():
     with pytest.raises(ValueError, match="rope rotates self-attention only"):
         MultiHeadAttention(D, H, role=CROSS, rope=True)

@@ -20,7 +20,9 @@ OPTIONS = {"classic": {}, "rmsnorm-swiglu": {"norm": "rmsnorm", "activation": "s
            "relu2": {"activation": "relu2"}, "rope": {"positions": "rope"},
            "qk_norm": {"qk_norm": True},
            "modern": {"norm": "rmsnorm", "activation": "swiglu", "positions": "rope",
-                      "qk_norm": True}}
+                      "qk_norm": True},
+           "width-query-norm": {"positions": "rope", "qk_norm": True,
+                                "cross_query_norm": "width"}}
 
 
 @pytest.fixture(params=OPTIONS.values(), ids=OPTIONS)

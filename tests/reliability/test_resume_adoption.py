@@ -201,3 +201,33 @@ def test_resume_refuses_a_log_that_is_a_fifo_or_a_link(run, tmp_path, name, make
     refused(cli("train", "--resume", run, "--no-progress", *sets("train.max_steps=25")),
             f"the run writes its own {name} there")
     assert target.read_text() == "the user's own lines\n"
+
+
+@pytest.fixture
+def read_only(run, tmp_path):
+    """The run seen through a read-only mount where this process may mount (root), else with
+    its folder's write permission taken away (which root would write through)."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        run.chmod(0o500)
+        yield run
+        run.chmod(0o700)
+        return
+    view = tmp_path / "read_only"
+    view.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(run), str(view)], capture_output=True)
+    if mounted.returncode != 0 or subprocess.run(
+            ["mount", "-o", "remount,ro,bind", str(view)], capture_output=True).returncode:
+        subprocess.run(["umount", str(view)], capture_output=True)
+        pytest.skip("root here cannot make a read-only mount")
+    yield view
+    subprocess.run(["umount", "-l", str(view)], check=False)
+
+
+def test_a_read_only_run_folder_fails_to_resume_with_one_line(read_only):
+    before = contents(read_only)
+    result = cli("train", "--resume", read_only, "--no-progress", *sets("train.max_steps=25"))
+    refused(result, f"cannot write to the run folder {read_only}")
+    assert result.exit_code == 1 and contents(read_only) == before

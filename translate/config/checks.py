@@ -37,6 +37,9 @@ def build_section(cls: type, values: dict, where: str) -> Any:
         _check_sampling(built, where)
     if isinstance(built, (DataConfig, TrainConfig)):
         _check_split_names(built, where)
+    if getattr(built, "cross_query_norm", "head") == "width" and not built.qk_norm:
+        raise ConfigError(f"{where}.cross_query_norm: width says how qk_norm normalises "
+                          f"cross-attention's queries; set model.qk_norm: true, or leave it head")
     return built
 
 

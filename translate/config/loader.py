@@ -125,7 +125,8 @@ RETIRED_MODEL_KEYS = ("fused_qkv",)
 # today's default, which may change, but what those models compute. A saved recipe gets them
 # wherever it is read (loading, export, resuming, whose check compares the saved model section
 # with the run's); a recipe a person writes gets today's defaults.
-ADDED_MODEL_KEYS = {"transformer": {"norm": "layernorm", "qk_norm": False}}
+ADDED_MODEL_KEYS = {"transformer": {"norm": "layernorm", "qk_norm": False,
+                                     "cross_query_norm": "head"}}
 
 
 def without_retired_keys(recipe: dict) -> dict:

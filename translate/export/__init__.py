@@ -10,8 +10,9 @@
 
 Every format holds the checkpoint's `model` weights: the EMA (or averaged) ones where training
 kept them. The peer formats refuse, in one line, a Transformer with an option their converters
-do not write (`peer.UNCONVERTED`: hf has no rope positions or qk_norm; ctranslate2 holds rope,
-not qk_norm); inference holds any.
+do not write (`peer.UNCONVERTED`: hf has no rope positions or qk_norm; ctranslate2 holds rope
+and qk_norm, the latter where cross-attention's queries are normalised over the width as
+CTranslate2's are, `model.cross_query_norm: width`); inference holds any.
 The folder is written under a temporary name and renamed into place whole, so a failed export
 leaves nothing behind.
 

@@ -7,7 +7,9 @@ into CTranslate2's position encodings or, for rope, CTranslate2's rotary self-at
 pairs interleaved, base 10000; cross-attention unrotated, as ours), Q/K/V fused as CTranslate2
 wants them (one (3D, D) matrix for self-attention; Q, and K/V fused, for cross-attention), ReLU,
 GELU or the gated SwiGLU feed-forward network, joint or separate vocabularies, tied or untied
-embeddings (CTranslate2 has no ReLU²: such a model is refused). CTranslate2 appends the source
+embeddings, QK-norm (CTranslate2 has no ReLU²: such a model is refused; and its QK-norm
+normalises cross-attention's queries over the whole width, so a model with QK-norm converts when
+it was trained so, `model.cross_query_norm: width`, and is refused otherwise). CTranslate2 appends the source
 EOS itself (`add_source_eos`): a user passes SentencePiece pieces, nothing else.
 
 Where CTranslate2's search is not ours, and what `decode` asks of `translate_batch` for it:
@@ -101,11 +103,17 @@ def _transformer_spec(model: nn.Module):
         raise ExportError(f"--format ctranslate2 cannot hold model.activation: "
                           f"{cfg.activation} (CTranslate2 has no such activation); export this "
                           f"model with --format inference")
+    if cfg.qk_norm and cfg.cross_query_norm != "width":
+        raise ExportError("--format ctranslate2 cannot hold model.qk_norm: true with "
+                          "model.cross_query_norm: head (CTranslate2 normalises cross-attention's "
+                          "queries over the whole width): train with --set "
+                          "model.cross_query_norm=width, or export with --format inference")
     rope = cfg.positions == "rope"
     shape = dict(pre_norm=True, activation=act[cfg.activation], ffn_glu=cfg.activation in GATED,
                  rms_norm=cfg.norm == "rmsnorm",
                  # rope: self-attention turns channel pairs (2i, 2i+1), CT2's interleaved layout
-                 rotary_dim=cfg.d_model // cfg.heads if rope else None, rotary_interleave=True)
+                 rotary_dim=cfg.d_model // cfg.heads if rope else None, rotary_interleave=True,
+                 **({"qk_norm": True} if cfg.qk_norm else {}))
     try:
         spec = transformer_spec.TransformerSpec(
             transformer_spec.TransformerEncoderSpec(cfg.encoder_layers, cfg.heads, **shape),
@@ -171,6 +179,9 @@ def _attention(s, module: nn.Module, ln: nn.Module, cross: bool) -> None:
         _linear(s.linear[0], w, b)
     _linear(s.linear[-1], module.out_proj.weight, module.out_proj.bias)
     _norm(s.layer_norm, ln)
+    if module.q_norm is not None:  # per head; in cross-attention the query's over the width
+        _norm(s.q_norm, module.q_norm)
+        _norm(s.k_norm, module.k_norm)
 
 
 def _feed_forward(s, module: nn.Module, ln: nn.Module) -> None:

@@ -18,13 +18,13 @@ class ExportError(ValueError):
 
 
 # Transformer options each peer format's converter does not write, with the value it refuses:
-# Pegasus (hf) has neither rotary positions nor QK-norm. CTranslate2 has rotary self-attention
-# (ct2.py writes it); its QK-norm matches ours in self-attention but not in cross-attention
-# (log-probabilities 0.4 apart with every norm scale 1, CTranslate2 4.8.5), so it is refused.
+# Pegasus (hf) has neither rotary positions nor QK-norm. CTranslate2 holds rotary
+# self-attention and QK-norm (ct2.py writes them; its cross-attention queries normalised over
+# the width, which ct2.py checks the model's are).
 UNCONVERTED = {"hf": {"positions": "rope", "qk_norm": True},
-               "ctranslate2": {"qk_norm": True}}
+               "ctranslate2": {}}
 WHY = {"hf": "Pegasus adds positions to its embeddings and has plain attention",
-       "ctranslate2": "CTranslate2's cross-attention normalises queries and keys otherwise"}
+       "ctranslate2": ""}
 
 
 def transformer_only(model: nn.Module, fmt: str) -> Transformer:

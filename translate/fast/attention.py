@@ -157,7 +157,8 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
 
     Caches are `PackedKVCache` (self-attention) and `MemoryKV` (cross-attention). The options
     qk_norm and rope normalise and rotate the queries and the keys before they are kept, as the
-    textbook's `norm_and_rotate` does, the rotation a complex product (`rotate_complex`).
+    textbook's `queries` and `norm_and_rotate` do, the rotation a complex product
+    (`rotate_complex`); queries are rotated in self-attention only, where G = 1.
     """
 
     fuse_qkv = True  # set by translate.fast.accelerate (its `fuse_qkv` option)
@@ -169,8 +170,7 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
         past = cache.length if cache is not None and context is None else 0  # x's 1st position
         q, k, v = self._project(x, context, cache, past)  # (B, T, D), (Bc, H, S, Dh) x 2
         groups = B // k.size(0)  # query rows per context row: a sentence's beams
-        q = self.split_heads(q.reshape(B // groups, groups * T, D))  # (Bc, H, G * T, Dh)
-        q = self.norm_and_rotate(q, self.q_norm, past)  # rotated in self-attention only: G = 1
+        q = self.queries(q.reshape(B // groups, groups * T, D), past)  # (Bc, H, G * T, Dh)
         recording = self.record_weights is not None  # the explicit path has weights to give
         explicit = recording or explicit_is_faster(q, k)
         if causal and T == 1:

@@ -27,7 +27,10 @@ Two options change what q . k sees (TransformerConfig's `positions` and `qk_norm
               has length sqrt(Dh), so q . k / sqrt(Dh) stays within +-sqrt(Dh) times the
               scales however large the projections' weights grow, and the softmax cannot
               saturate by them. The 1 / sqrt(Dh) stays; the learned scales set how sharp
-              attention may get.
+              attention may get. With `query_norm="width"` (TransformerConfig's
+              `cross_query_norm`, cross-attention only) the queries are normalised over all D
+              channels at once, before the heads are split, with a D-wide scale: heads whose
+              queries are small stay small. CTranslate2 computes cross-attention this way.
 
 Shapes: B batch, T query length, S key length, L either, D model width, H heads, Dh = D / H.
 Masks are boolean, True = may attend, broadcastable to (B, H, T, S).
@@ -57,6 +60,7 @@ from translate.tokens import PAD
 ENCODER_SELF = "encoder self-attention"
 DECODER_SELF = "decoder self-attention"
 CROSS = "cross-attention"
+QUERY_NORMS = ("head", "width")  # what qk_norm normalises a query over (`MultiHeadAttention`)
 
 
 def padding_mask(ids: torch.Tensor, pad: int = PAD) -> torch.Tensor:
@@ -155,6 +159,8 @@ class MultiHeadAttention(nn.Module):
         rope: rotate queries and keys by their positions (self-attention only: the module
             docstring says why); the head width Dh must be even.
         qk_norm: RMS-normalise each head's queries and keys, with a learned scale.
+        query_norm: with qk_norm, "head" (each head's Dh channels) or "width" (all D channels
+            before the heads split; cross-attention only, as its queries are never rotated).
     """
 
     written_out = False  # True: always the written-out attention (the textbook engine)
@@ -164,7 +170,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0, bias: bool = True,
                  role: str = ENCODER_SELF, layer: int = 0, rope: bool = False,
-                 qk_norm: bool = False):
+                 qk_norm: bool = False, query_norm: str = "head"):
         super().__init__()
         if d_model % heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by heads ({heads})")
@@ -182,7 +188,14 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model)
-        self.q_norm = nn.RMSNorm(self.head_dim, eps=1e-6) if qk_norm else None
+        if query_norm not in QUERY_NORMS:
+            raise ValueError(f"query_norm is one of {QUERY_NORMS}, not {query_norm!r}")
+        if query_norm == "width" and (role != CROSS or not qk_norm):
+            raise ValueError("query_norm='width' normalises cross-attention's queries, with "
+                             "qk_norm: its self-attention queries are rotated per head")
+        self.width_query_norm = qk_norm and query_norm == "width"
+        q_width = d_model if self.width_query_norm else self.head_dim
+        self.q_norm = nn.RMSNorm(q_width, eps=1e-6) if qk_norm else None
         self.k_norm = nn.RMSNorm(self.head_dim, eps=1e-6) if qk_norm else None
 
     def forward(self, x: torch.Tensor, context: Optional[torch.Tensor] = None,
@@ -203,8 +216,7 @@ class MultiHeadAttention(nn.Module):
             (B, T, D) output.
         """
         past = cache.length if cache is not None and context is None else 0  # x's 1st position
-        q = self.split_heads(self.q_proj(x))  # (B, H, T, Dh)
-        q = self.norm_and_rotate(q, self.q_norm, past)
+        q = self.queries(self.q_proj(x), past)  # (B, H, T, Dh)
         k, v = self.keys_values(x if context is None else context, cross=context is not None,
                                 cache=cache, past=past)  # (B, H, S, Dh) each
         T, S = q.size(2), k.size(2)
@@ -235,6 +247,13 @@ class MultiHeadAttention(nn.Module):
         k = self.norm_and_rotate(self.split_heads(self.k_proj(source)), self.k_norm, past)
         v = self.split_heads(self.v_proj(source))  # (B, H, S, Dh)
         return cache.append(k, v) if cache is not None else (k, v)
+
+    def queries(self, q: torch.Tensor, past: int) -> torch.Tensor:
+        """Projected queries (B, T, D) -> (B, H, T, Dh) as the scores use them: normalised over
+        the width first where `width_query_norm`, else per head by `norm_and_rotate`."""
+        if self.width_query_norm:  # in fp32, as norm_and_rotate; cross-attention: no rotation
+            return self.split_heads(self.q_norm(q.float()).to(q.dtype))  # (B, H, T, Dh)
+        return self.norm_and_rotate(self.split_heads(q), self.q_norm, past)  # (B, H, T, Dh)
 
     def norm_and_rotate(self, t: torch.Tensor, norm: Optional[nn.RMSNorm], past: int
                         ) -> torch.Tensor:

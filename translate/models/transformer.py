@@ -23,7 +23,8 @@ Options beside the classic choices (the config's `norm` and `activation`):
 Positions (`positions`): a sinusoidal table or a learned one added to the embeddings, or rope,
 where nothing is added and self-attention rotates its queries and keys by their positions
 instead (translate.models.attention says how, and why cross-attention is left unrotated).
-`qk_norm` RMS-normalises attention's queries and keys per head.
+`qk_norm` RMS-normalises attention's queries and keys per head; `cross_query_norm: width`
+normalises cross-attention's queries over the whole width instead (as CTranslate2 does).
 
 Shapes: B batch, S source length, T target length, D d_model, V vocabulary.
 """
@@ -37,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from translate.models.attention import (CROSS, DECODER_SELF, ENCODER_SELF, KVCache,
-                                        MultiHeadAttention, padding_mask)
+from translate.models.attention import (CROSS, DECODER_SELF, ENCODER_SELF, QUERY_NORMS,
+                                        KVCache, MultiHeadAttention, padding_mask)
 from translate.tokens import PAD
 
 
@@ -82,6 +83,8 @@ class TransformerConfig:
     max_positions: int = field(default=1024, metadata={"min": 1, "max": 1 << 20})
     qkv_bias: bool = True
     qk_norm: bool = False  # RMSNorm of each head's queries and keys before the scores
+    # with qk_norm: cross-attention's queries normalised per head, or over the width D
+    cross_query_norm: str = field(default="head", metadata={"choices": QUERY_NORMS})
     tie_embeddings: bool = True  # source, target and output share weights (joint vocab only)
 
     def parameter_count(self, src_vocab: int, tgt_vocab: int, shared_vocab: bool = False) -> int:
@@ -90,11 +93,13 @@ class TransformerConfig:
         D, Dff, P = self.d_model, self.ffn_hidden(), self.max_positions
         attention = 4 * D * D + D + (3 * D if self.qkv_bias else 0)  # Q, K, V, out
         attention += 2 * (D // self.heads) if self.qk_norm else 0  # Q's and K's norm scales
+        wide = self.qk_norm and self.cross_query_norm == "width"
+        cross = attention + (D - D // self.heads if wide else 0)  # a D-wide Q norm scale
         inputs = 2 if self.activation in GATED else 1  # projections of the input: W1 (, W3)
         ffn = inputs * (D * Dff + Dff) + Dff * D + D
         norm = 2 * D if self.norm == "layernorm" else D  # a weight and a bias, or a weight
         encoder = self.encoder_layers * (attention + ffn + 2 * norm)
-        decoder = self.decoder_layers * (2 * attention + ffn + 3 * norm)
+        decoder = self.decoder_layers * (attention + cross + ffn + 3 * norm)
         src = 0 if self.tie_embeddings and shared_vocab else src_vocab * D
         positions = 2 * P * D if self.positions == "learned" else 0  # one table per side
         output = 0 if self.tie_embeddings else D * tgt_vocab
@@ -246,7 +251,8 @@ class DecoderLayer(nn.Module):
                                             rope=cfg.positions == "rope", qk_norm=cfg.qk_norm)
         self.norm2 = make_norm(cfg)
         # never rotated: source and target positions count along different sequences
-        self.cross_attn = MultiHeadAttention(D, H, p, bias, CROSS, layer, qk_norm=cfg.qk_norm)
+        self.cross_attn = MultiHeadAttention(D, H, p, bias, CROSS, layer, qk_norm=cfg.qk_norm,
+                                             query_norm=cfg.cross_query_norm)
         self.norm3 = make_norm(cfg)
         self.ffn = FeedForward(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
