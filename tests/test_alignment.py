@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from helpers.files import read_jsonl
-from translate.alignment import (Gold, Reading, align, alignment_error, diagonal_links, pharaoh,
-                                 read_gold, word_count, word_index, word_links)
+from translate.alignment import (Gold, Reading, Words, align, alignment_error, diagonal_links,
+                                 output_words, pharaoh, read_gold, text_words, word_count,
+                                 word_index, word_links)
 from translate.api import Translator
 from translate.config import decode_options
 from translate.inference import decode_sentences
@@ -32,6 +33,60 @@ GOLD = Path(__file__).resolve().parents[1] / "gold/multi30k"
 ])
 def test_pieces_merge_to_the_words_whitespace_makes(pieces, index, count):
     assert word_index(pieces) == index and word_count(pieces) == count
+
+
+ODD = ["\x7f", "\u200b", "\ufeff", "\x1f", "\x85", "\xad"]  # dropped, spaces, or kept
+
+
+@pytest.mark.parametrize("odd", ODD)
+def test_source_pieces_belong_to_the_words_str_split_makes(tokenizer, odd):
+    """Whatever SentencePiece's normalization makes of a character (drops it, makes it a space,
+    keeps it), each piece belongs to the word of `str.split()` it was made of: a word's pieces
+    are its own encoding's, and a word gets none only when its own encoding has none."""
+    sp = tokenizer.src
+    for line, plain in ((f"A dog{odd}s runs on grass.", ["runs", "on", "grass."]),
+                        (f"A {odd} dog runs home.", ["A", "dog", "runs", "home."]),
+                        (f"{odd}Two men sit on benches.", ["men", "sit", "on", "benches."]),
+                        (f"A girl eats an apple{odd}", ["A", "girl", "eats", "an"]),
+                        (f"A do{odd}g", ["A"])):
+        ids = sp.encode(line)
+        (words,) = text_words(sp, [line], [ids])
+        split = line.split()
+        assert words.count == len(split) and len(words.of_piece) == len(ids)
+        assert words.linkable() == {k for k, word in enumerate(split) if sp.encode(word)}, line
+        for word in plain:  # a word away from the odd character: exactly its own pieces
+            k = split.index(word)
+            assert [i for i, of in zip(ids, words.of_piece) if k in of] == sp.encode(word), \
+                (line, word)
+
+
+def test_the_gold_sets_pieces_make_its_words_as_their_marks_say(tokenizer):
+    """On ordinary text, words by `str.split()` are the words SentencePiece's marks make."""
+    for part in ("dev", "test"):
+        for lang, sp in (("en", tokenizer.src), ("de", tokenizer.tgt)):
+            lines = (GOLD / f"{part}.{lang}").read_text(encoding="utf-8").splitlines()
+            ids = sp.encode(lines)
+            for line, seq, words in zip(lines, ids, text_words(sp, lines, ids)):
+                pieces = [sp.id_to_piece(i) for i in seq]
+                assert words.count == word_count(pieces) == len(line.split())
+                assert words.of_piece == tuple((w,) for w in word_index(pieces))
+                cut = text_words(sp, [line], [seq[:3]])[0]  # a cut input: the words it reaches
+                assert cut.of_piece == words.of_piece[:3]
+
+
+def test_output_pieces_belong_to_the_words_of_the_translation_as_written():
+    """A piece holding a character `str.split()` splits at adds to two words; one that adds
+    nothing to the text (an unknown piece, dropped) or only a space goes with the next word."""
+    pieces = ["▁A", "▁do\x85g", "<unk>", "s", "▁", "▁run"]
+
+    def decode(seqs):
+        return ["".join(pieces[i] for i in seq if pieces[i] != "<unk>").replace("▁", " ")[1:]
+                for seq in seqs]
+
+    (words,) = output_words(decode, [list(range(len(pieces)))])
+    assert decode([range(len(pieces))])[0].split() == ["A", "do", "gs", "run"]
+    assert words == Words(((0,), (1, 2), (2,), (2,), (3,), (3,)), 4)
+    assert output_words(decode, [[4]]) == [Words(((),), 0)]  # a space alone: no word
 
 
 def test_each_output_piece_links_to_the_word_it_attends_most_and_eos_leaves_it_unaligned():
@@ -131,18 +186,19 @@ def test_a_model_trained_to_reverse_aligns_each_word_to_its_mirror(reverser):
     batch = toy_batch("reverse", 64, torch.Generator().manual_seed(7))
     sources = [[t for t in row.tolist() if t != PAD] for row in batch.src]  # EOS last
     outputs = [[t for t in row.tolist() if t not in (PAD, EOS)] for row in batch.tgt_out]
-    src_pieces = [[f"▁s{t}" for t in s[:-1]] + ["</s>"] for s in sources]  # a word a symbol
-    out_pieces = [[f"▁s{t}" for t in o] for o in outputs]
+    src_words = [Words(tuple((i,) for i in range(len(s) - 1)), len(s) - 1)  # a word a symbol
+                 for s in sources]
+    out_words = [Words(tuple((j,) for j in range(len(o))), len(o)) for o in outputs]
     mirror = [Gold(frozenset((len(o) - 1 - j, j) for j in range(len(o))),
                    frozenset((len(o) - 1 - j, j) for j in range(len(o)))) for o in outputs]
     for each in ("source", "output"):  # either way of reading finds the mirror
-        links = align(reverser, sources, outputs, src_pieces, out_pieces,
+        links = align(reverser, sources, outputs, src_words, out_words,
                       Reading(-1, None, False, each))
         assert alignment_error(links, mirror).aer < 15, each
     diagonal = [diagonal_links(len(o), len(o)) for o in outputs]
     assert alignment_error(diagonal, mirror).aer > 80
     # shifted, each word is read where the model attends to the next one's source: wrong here
-    shifted = align(reverser, sources, outputs, src_pieces, out_pieces, Reading(-1, None, True))
+    shifted = align(reverser, sources, outputs, src_words, out_words, Reading(-1, None, True))
     assert alignment_error(shifted, mirror).aer > 50
 
 

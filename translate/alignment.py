@@ -2,16 +2,27 @@
 
 While the decoder writes an output piece it attends over the source pieces (Bahdanau et al.,
 2014 read the RNN's attention as a soft alignment; a Transformer has such a map per
-cross-attention layer and head). Words are what users see, so pieces are merged to words:
-SentencePiece starts each word's first piece with "▁".
+cross-attention layer and head). Words are what users see, so pieces are merged to words.
+
+A word, everywhere (alignments, markup, gold files), is what Python's `str.split()` separates
+in the text as given: the source line as it was read, the translation as it is written. Word i
+of a source line is `line.split()[i]`, whatever SentencePiece's normalization makes of it (it
+drops DEL and other control characters, turns a zero-width space or a BOM into a space or
+nothing), so a link never names a word the user cannot count to. A source piece belongs to the
+word SentencePiece made it of, found by encoding the line word by word (`text_words`); a word
+that gives no piece at all (a lone DEL) is never linked. An output piece belongs to the word of
+the translation it adds characters to (`output_words`); one that adds only a space, to the word
+after it.
 
     record_attention   every attention module's weights while a block runs
     attention_of_pairs each (source, output) pair's cross-attention, (L, H, T, S), from one
                        teacher-forced pass a batch
     Reading            how to read the weights: a cross-attention layer and head (or the heads
                        averaged), `shift` and `each` (below); the RNN has one map
-    word_index         the word of each piece: SentencePiece marks where whitespace was
-    word_links         one sentence's links from its (T, S) map and pieces
+    Words              a text's words and the word of each of its pieces
+    text_words         Words of texts SentencePiece encoded (a source line, a gold sentence)
+    output_words       Words of texts decoded from pieces (a translation)
+    read_links         one sentence's links from its (T, S) map and Words
     word_weights       a map pooled to words: (output words, source words)
     align              the links of many pairs, read one way
     read_gold          a gold file's sure and possible links (Pharaoh or talp)
@@ -20,11 +31,11 @@ SentencePiece starts each word's first piece with "▁".
 A map is read one of two ways (`each`). "output": each output piece is linked to the source
 piece it attends to most, and nothing when that is the source EOS (which collects the attention
 of words with no counterpart); "source": each source word is linked to the output word that
-attends to it most (a word's weight is its pieces' largest), so every source word has exactly
-one link, which is what carrying markup needs. `shift`: row t of the weights is the decoder's
-query while it *predicts* output piece t; with `shift`, piece t is read from the next row, where
-the decoder has just been given piece t as its input (Chen et al., 2020 found that better for
-their Transformers). Which reading aligns best is measured on a gold set's dev part
+attends to it most (a word's weight is its pieces' largest), so every source word with a piece
+has exactly one link, which is what carrying markup needs. `shift`: row t of the weights is the
+decoder's query while it *predicts* output piece t; with `shift`, piece t is read from the next
+row, where the decoder has just been given piece t as its input (Chen et al., 2020 found that
+better for their Transformers). Which reading aligns best is measured on a gold set's dev part
 (`translate align-score`), not assumed: on gold/multi30k the defaults of `Reading`.
 
 Links are Pharaoh's `i-j`: source word i, output word j, both from 0. Shapes: L layers, H
@@ -33,19 +44,27 @@ heads, T decoder positions, S source pieces.
 
 from __future__ import annotations
 
+import io
+import os
+from bisect import bisect_right
 from contextlib import contextmanager
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from functools import partial
+from itertools import accumulate
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
+import sentencepiece as spm
 import torch
 from torch import nn
 
 from translate.data.batch import pad
+from translate.data.read import iter_lines
 from translate.files import open_regular
 from translate.models.attention import CROSS, MultiHeadAttention
 from translate.models.rnn import AdditiveAttention
+from translate.tokenizer import encode
 from translate.tokens import BOS
 
 WORD_START = "\u2581"  # SentencePiece's mark of a piece that begins a word
@@ -109,11 +128,121 @@ class Reading:
         return f"layer {self.layer}, {heads}, {way}"
 
 
+@dataclass(frozen=True)
+class Words:
+    """A text's words, `count` of them (`len(text.split())`), and the words each of its pieces
+    belongs to, `of_piece` (from 0): one as a rule; none for a space with no word after it;
+    two or more for a piece holding characters of several ("dogs", made of "dog\\x1fs", which
+    `str.split()` splits and SentencePiece joins)."""
+
+    of_piece: tuple[tuple[int, ...], ...]
+    count: int
+
+    def pairs(self) -> list[tuple[int, int]]:
+        """Every (piece, word) that belongs together."""
+        return [(piece, word) for piece, words in enumerate(self.of_piece) for word in words]
+
+    def linkable(self) -> set[int]:
+        """The words that have a piece: those a link can name."""
+        return {word for words in self.of_piece for word in words}
+
+
+def text_words(sp: spm.SentencePieceProcessor, texts: Sequence[str],
+               ids: Sequence[Sequence[int]]) -> list[Words]:
+    """The Words of each text, given the pieces `ids` that `sp` made of it (EOS excluded; a
+    prefix of them where the model's input was cut): each piece belongs to the word of
+    `text.split()` whose own encoding gives it. Where the whole line encodes otherwise (a
+    character the two see differently: a unit separator, which `str.split()` splits at and
+    SentencePiece drops, or keeps as a character), the line's pieces are matched to the words'
+    pieces in order: one without a match belongs to the words that hold its characters, and
+    one that only the line has (a character `str.split()` takes for a space) to none."""
+    splits = [text.split() for text in texts]
+    per_word = iter(encode(sp, [word for words in splits for word in words]))
+    found = []
+    for words, line_ids in zip(splits, ids):
+        word_ids = [next(per_word) for _ in words]
+        found.append(Words(tuple(_follow(list(line_ids), word_ids, partial(_length, sp))),
+                           len(words)))
+    return found
+
+
+def _length(sp: spm.SentencePieceProcessor, piece: int) -> int:
+    """The characters of text a piece stands for ("▁" not counted; an unknown piece one)."""
+    return 1 if sp.is_unknown(piece) else len(sp.id_to_piece(piece).replace(WORD_START, ""))
+
+
+def _follow(line_ids: list[int], word_ids: list[list[int]], length: Callable[[int], int]
+            ) -> list[tuple[int, ...]]:
+    """The words of each of `line_ids` (a line's pieces), from `word_ids` (each word's own)."""
+    flat = [piece for pieces in word_ids for piece in pieces]
+    labels = [word for word, pieces in enumerate(word_ids) for _ in pieces]
+    if line_ids == flat[: len(line_ids)]:  # the usual case: the words' pieces, in order
+        return [(word,) for word in labels[: len(line_ids)]]
+    found: list[tuple[int, ...]] = []
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, line_ids, flat, False).get_opcodes():
+        after = (labels[j2],) if j2 < len(labels) else ()  # the word the next match is in
+        if tag == "equal":
+            found += [(word,) for word in labels[j1:j2]]
+        elif tag == "delete":  # pieces only the line has: what str.split() takes for space
+            found += [()] * (i2 - i1)
+        elif tag == "replace":
+            found += _by_characters(line_ids[i1:i2], flat[j1:j2], labels[j1:j2], after, length)
+    return found
+
+
+def _by_characters(pieces: list[int], others: list[int], labels: list[int],
+                   after: tuple[int, ...], length: Callable[[int], int]
+                   ) -> list[tuple[int, ...]]:
+    """Each of `pieces` given the labels of those of `others` (the same text, segmented
+    otherwise) that hold its characters, counted in proportion; a piece of no character goes
+    with the next piece, or to `after`."""
+    ends = list(accumulate(length(p) for p in others))
+    sizes = [length(p) for p in pieces]
+    total, found, end = sum(sizes), [], 0
+
+    def label(char: int) -> int:  # the label of the other piece that holds `char`
+        return labels[min(bisect_right(ends, char * ends[-1] // total), len(labels) - 1)]
+
+    for size in sizes:
+        end += size
+        found.append(tuple(sorted({label(end - size), label(end - 1)})) if size else None)
+    for k in reversed(range(len(found))):
+        if found[k] is None:
+            found[k] = found[k + 1][:1] if k + 1 < len(found) else after
+    return found
+
+
+def output_words(decode: Callable[[list[list[int]]], list[str]], ids: Sequence[Sequence[int]]
+                 ) -> list[Words]:
+    """The Words of the texts `decode` makes of `ids` (the translations as they are written):
+    each piece belongs to the words it adds characters to in `decode(ids[:k + 1])`; one that
+    adds only a space, or nothing (a special piece), to the word after it."""
+    prefixes = [list(seq[: k + 1]) for seq in ids for k in range(len(seq))]
+    texts = iter(decode(prefixes))
+    found = []
+    for seq, whole in zip(ids, decode([list(seq) for seq in ids])):
+        count, before = len(whole.split()), ""
+        of_piece: list[Optional[tuple[int, ...]]] = []
+        for _ in seq:
+            text = next(texts)
+            added = text[len(before):] if text.startswith(before) else text[-1:]
+            last = len(text.split()) - 1  # the last word it adds to; its first, k words back
+            of_piece.append(tuple(range(last - len(added.split()) + 1, last + 1))
+                            if added.strip() else None)
+            before = text
+        for k in reversed(range(len(of_piece))):
+            if of_piece[k] is None:
+                of_piece[k] = of_piece[k + 1][:1] if k + 1 < len(of_piece) else ()
+        found.append(Words(tuple(tuple(w for w in words if w < count) for words in of_piece),
+                           count))
+    return found
+
+
 def word_index(pieces: Sequence[str]) -> list[int]:
-    """The word of each piece (from 0), as the detokenized text's whitespace splits it: a
+    """The word of each piece (from 0) from the pieces alone, where no text is at hand: a
     piece starting with "▁" begins a new word; a piece that is only "▁" (a space the model
     wrote alone) belongs to the word after it, which may not exist (`word_count` counts those
-    that do)."""
+    that do). `text_words` and `output_words` follow the text's own words instead."""
     index, words, pending = [], -1, True
     for piece in pieces:
         pending = pending or piece.startswith(WORD_START)
@@ -126,48 +255,57 @@ def word_index(pieces: Sequence[str]) -> list[int]:
 
 
 def word_count(pieces: Sequence[str]) -> int:
-    """How many words the pieces make (the detokenized text's whitespace-separated words)."""
+    """How many words the pieces make, by their "▁" marks (`word_index`)."""
     return 1 + max((i for i, p in zip(word_index(pieces), pieces) if p.strip(WORD_START)),
                    default=-1)
 
 
+def marked_words(pieces: Sequence[str]) -> Words:
+    """Words from the pieces' "▁" marks alone (`word_index`)."""
+    count = word_count(pieces)
+    return Words(tuple((w,) if w < count else () for w in word_index(pieces)), count)
+
+
 def word_links(weights: torch.Tensor, src_pieces: Sequence[str], out_pieces: Sequence[str],
                shift: bool, each: str = "source") -> list[Link]:
+    """`read_links` with words from the pieces' marks (`marked_words`): `src_pieces` with EOS
+    last, `out_pieces` without EOS."""
+    return read_links(weights, marked_words(src_pieces[:-1]), marked_words(out_pieces), shift,
+                      each)
+
+
+def read_links(weights: torch.Tensor, src: Words, out: Words, shift: bool,
+               each: str = "source") -> list[Link]:
     """One sentence's word links, sorted, from its attention `weights` (T, S): rows are the
-    decoder's positions (BOS first, T = output pieces + 1), columns the source pieces
-    (`src_pieces`, EOS last); `out_pieces` are the output's pieces without EOS. `shift` and
-    `each` as `Reading` says."""
-    n = len(out_pieces)
-    if weights.shape != (n + 1, len(src_pieces)):
-        raise ValueError(f"weights of shape {tuple(weights.shape)} for {n} output and "
-                         f"{len(src_pieces)} source pieces: expected ({n + 1}, "
-                         f"{len(src_pieces)})")
+    decoder's positions (BOS first, T = output pieces + 1), columns the source pieces (EOS
+    last, S = source pieces + 1); `src` and `out` the words of the source and output pieces.
+    `shift` and `each` as `Reading` says."""
+    n, s = len(out.of_piece), len(src.of_piece) + 1
+    if weights.shape != (n + 1, s):
+        raise ValueError(f"weights of shape {tuple(weights.shape)} for {n} output and {s} "
+                         f"source pieces: expected ({n + 1}, {s})")
     rows = weights[1: n + 1] if shift else weights[:n]  # (n, S): one row per output piece
-    src_word, out_word = word_index(src_pieces[:-1]), word_index(out_pieces)
-    n_src, n_out = word_count(src_pieces[:-1]), word_count(out_pieces)
-    if each == "output":  # each output piece's strongest source piece; EOS: none
-        eos = len(src_pieces) - 1
-        return sorted({(src_word[s], out_word[t]) for t, s in enumerate(rows.argmax(-1).tolist())
-                       if s != eos and src_word[s] < n_src and out_word[t] < n_out})
-    if not n_src or not n_out:
+    if each == "output":  # each output piece's strongest source piece; EOS (s - 1): none
+        return sorted({(i, j) for t, strongest in enumerate(rows.argmax(-1).tolist())
+                       if strongest < s - 1 for i in src.of_piece[strongest]
+                       for j in out.of_piece[t]})
+    if not src.count or not out.count:
         return []
-    words = word_weights(rows, src_pieces, out_pieces)  # (output words, source words)
-    return [(i, j) for i, j in enumerate(words.argmax(dim=0).tolist())]
+    words = word_weights(rows, src, out)  # (output words, source words)
+    linkable = src.linkable()
+    return [(i, j) for i, j in enumerate(words.argmax(dim=0).tolist()) if i in linkable]
 
 
-def word_weights(rows: torch.Tensor, src_pieces: Sequence[str], out_pieces: Sequence[str]
-                 ) -> torch.Tensor:
+def word_weights(rows: torch.Tensor, src: Words, out: Words) -> torch.Tensor:
     """(output words, source words): the attention `rows` (output pieces, S) pooled to words,
     a pair of words weighing their pieces' largest weight; the EOS column dropped."""
-    src_word, out_word = word_index(src_pieces[:-1]), word_index(out_pieces)
-    n_src, n_out = word_count(src_pieces[:-1]), word_count(out_pieces)
-    # a space piece past the last word goes to a spare row or column, dropped after
-    src_idx = torch.tensor([min(w, n_src) for w in src_word], dtype=torch.long)  # (S - 1,)
-    out_idx = torch.tensor([min(w, n_out) for w in out_word], dtype=torch.long)  # (n,)
-    cell = out_idx[:, None] * (n_src + 1) + src_idx[None, :]  # (n, S - 1)
-    words = torch.zeros((n_out + 1) * (n_src + 1)).scatter_reduce(
-        0, cell.flatten(), rows[:, :-1].float().flatten(), "amax")
-    return words.view(n_out + 1, n_src + 1)[:n_out, :n_src]
+    src_pairs = torch.tensor(src.pairs(), dtype=torch.long).view(-1, 2)  # (P, 2): piece, word
+    out_pairs = torch.tensor(out.pairs(), dtype=torch.long).view(-1, 2)  # (Q, 2)
+    weights = rows.float()[out_pairs[:, 0]][:, src_pairs[:, 0]]  # (Q, P)
+    cell = out_pairs[:, 1, None] * src.count + src_pairs[None, :, 1]  # (Q, P)
+    words = torch.zeros(out.count * src.count).scatter_reduce(
+        0, cell.flatten(), weights.flatten(), "amax")
+    return words.view(out.count, src.count)
 
 
 def cross_attention(recorded: dict[str, list[torch.Tensor]], model: nn.Module) -> torch.Tensor:
@@ -230,12 +368,12 @@ def attention_of_pairs(model: nn.Module, sources: Sequence[Sequence[int]],
 
 
 def align(model: nn.Module, sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]],
-          src_pieces: Sequence[Sequence[str]], out_pieces: Sequence[Sequence[str]],
-          reading: Reading = Reading(), batch_size: int = 64) -> list[list[Link]]:
+          src_words: Sequence[Words], out_words: Sequence[Words], reading: Reading = Reading(),
+          batch_size: int = 64) -> list[list[Link]]:
     """Word links of each (source, output) pair, read as `reading` says from the attention of
-    one teacher-forced pass (`attention_of_pairs`); pieces are the ids' as the tokenizer's
-    id_to_piece gives them."""
-    return [word_links(read_map(weights, reading), src_pieces[i], out_pieces[i], reading.shift,
+    one teacher-forced pass (`attention_of_pairs`); `src_words` and `out_words` are the words
+    of each pair's pieces (`text_words`, `output_words`)."""
+    return [read_links(read_map(weights, reading), src_words[i], out_words[i], reading.shift,
                        reading.each)
             for i, weights in enumerate(attention_of_pairs(model, sources, outputs,
                                                            batch_size))]
@@ -255,37 +393,54 @@ class Gold:
 
 
 GOLD_FORMATS = ("pharaoh", "talp")
+MAX_GOLD_BYTES = 64 << 20  # a gold file of a million pairs is a fraction of this
+FROM_ONE_LINKS = 5  # links enough, none with a word 0, to say a pharaoh file counts from 1
+
+
+def read_gold_lines(path: str | Path, what: str) -> list[str]:
+    """The lines of a gold file `what` names ("gold sentence file"): a regular file, through a
+    link if need be, of at most MAX_GOLD_BYTES, in UTF-8; anything else (a FIFO, a device, a
+    byte that is not UTF-8) is refused naming the file (and the line), before it is read."""
+    with open_regular(Path(path), follow=True, what=what) as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(MAX_GOLD_BYTES + 1) if size <= MAX_GOLD_BYTES else b""
+    if size > MAX_GOLD_BYTES or len(data) > MAX_GOLD_BYTES:
+        raise ValueError(f"{path} holds {max(size, len(data)):,} bytes, more than a {what} may "
+                         f"({MAX_GOLD_BYTES:,}); is it the right file?")
+    return list(iter_lines(io.BytesIO(data), str(path)))
 
 
 def read_gold(path: str | Path, fmt: str = "pharaoh",
               words: Optional[Sequence[tuple[int, int]]] = None) -> list[Gold]:
-    """A gold alignment file: one line per sentence pair, links `i-j` (sure) and `ipj`
-    (possible), source word first; pharaoh counts from 0, talp from 1. With `words` (the
-    source and target word counts of each pair), the lines must match the pairs one for one
-    and every index must fall inside its sentence; anything else is a ValueError naming the
-    line."""
+    """A gold alignment file (`read_gold_lines`): one line per sentence pair, links `i-j`
+    (sure) and `ipj` (possible), source word first; pharaoh counts from 0, talp from 1. A
+    pharaoh file of FROM_ONE_LINKS links or more none of which names word 0 of a sentence
+    counts from 1, and is refused. With `words` (the source and target word counts of each
+    pair), the lines must match the pairs one for one and every index must fall inside its
+    sentence; anything else is a ValueError naming the line."""
     if fmt not in GOLD_FORMATS:
         raise ValueError(f"gold format {fmt!r}: use one of {', '.join(GOLD_FORMATS)}")
     base = 1 if fmt == "talp" else 0
-    with open_regular(Path(path), what="gold alignment file") as f:
-        try:
-            lines = f.read().decode("utf-8").splitlines()
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    lines = read_gold_lines(path, "gold alignment file")
     if words is not None and len(lines) != len(words):
         raise ValueError(f"{path}: {len(lines)} lines of links for {len(words)} sentence pairs")
+    parsed = [[(item, *_parse_link(item, base, f"{path}:{number}")) for item in line.split()]
+              for number, line in enumerate(lines, 1)]
+    found = [link for links in parsed for _, link, _ in links]
+    if fmt == "pharaoh" and len(found) >= FROM_ONE_LINKS and min(i for i, _ in found) > 0 \
+            and min(j for _, j in found) > 0:
+        raise ValueError(f"{path}: none of its {len(found)} links names a sentence's word 0: "
+                         f"its indices look counted from 1; if so, pass --format talp")
     gold = []
-    for number, line in enumerate(lines, 1):
+    for number, links in enumerate(parsed, 1):
         sure, possible = set(), set()
-        for item in line.split():
-            link, is_sure = _parse_link(item, base, f"{path}:{number}")
+        for item, link, is_sure in links:
             if words is not None:
                 n_src, n_tgt = words[number - 1]
                 if not (link[0] < n_src and link[1] < n_tgt):
-                    first = base
                     raise ValueError(f"{path}:{number}: link {item} is outside the pair's "
                                      f"{n_src} source and {n_tgt} target words (indices from "
-                                     f"{first} to {n_src - 1 + first} and {n_tgt - 1 + first})")
+                                     f"{base} to {n_src - 1 + base} and {n_tgt - 1 + base})")
             (sure if is_sure else possible).add(link)
         gold.append(Gold(frozenset(sure), frozenset(sure | possible)))
     return gold

@@ -192,6 +192,10 @@ def decode(checkpoint, input_path, output_path, beam, nbest, lenpen, early_exit,
     from translate.alignment import Reading
     from translate.decode_io import OptionError, decode_file
 
+    for option, value in (("--align-layer", align_layer), ("--align-head", align_head)):
+        if value is not None and not (alignments or markup):
+            raise click.UsageError(f"{option} says where alignments are read: give it with "
+                                   f"--alignments FILE or --markup, which read them")
     reading = Reading(head=align_head) if align_layer is None else Reading(align_layer, align_head)
 
     at_terminal = input_path == "-" and sys.stdin.isatty()

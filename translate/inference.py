@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from translate.alignment import Link, Reading, align
+from translate.alignment import Link, Reading, align, output_words, text_words
 from translate.config import DecodeConfig
 from translate.data.batch import length_batches, pad
 from translate.ready import Ready
@@ -78,7 +78,9 @@ def decode_sentences(ready: Ready, sentences: Sequence[str], cfg: DecodeConfig,
                 found = [[Hypothesis(ids, 0.0, 0.0)]
                          for ids in engine.greedy_search(model, src, limits)]
         texts = iter(tokenizer.decode_tgt([h.tokens for hyps in found for h in hyps]))
-        links = iter(_alignments(ready, [encoded[i] for i, hyps in zip(idx, found) for _ in hyps],
+        pairs = [i for i, hyps in zip(idx, found) for _ in hyps]  # a source per hypothesis
+        links = iter(_alignments(ready, [sentences[i] for i in pairs],
+                                 [encoded[i] for i in pairs],
                                  [h.tokens for hyps in found for h in hyps], alignments))
         for i, hyps in zip(idx, found):
             outputs[i] = [Translation(next(texts), h.score, h.logprob, len(h.tokens), next(links))
@@ -88,14 +90,18 @@ def decode_sentences(ready: Ready, sentences: Sequence[str], cfg: DecodeConfig,
     return outputs
 
 
-def _alignments(ready: Ready, sources: list[list[int]], outputs: list[list[int]],
-                reading: Optional[Reading]) -> list[Optional[list[Link]]]:
-    """Each (source, output) pair's word links as `reading` reads them; Nones without one."""
+def _alignments(ready: Ready, texts: list[str], sources: list[list[int]],
+                outputs: list[list[int]], reading: Optional[Reading]
+                ) -> list[Optional[list[Link]]]:
+    """Each (source, output) pair's word links as `reading` reads them, words counted as
+    `str.split()` separates the source text and the translation (`translate.alignment`);
+    Nones without a reading."""
     if reading is None:
         return [None] * len(outputs)
-    src, tgt = ready.tokenizer.src.id_to_piece, ready.tokenizer.tgt.id_to_piece
-    return align(ready.model, sources, outputs, [[src(i) for i in ids] for ids in sources],
-                 [[tgt(i) for i in ids] for ids in outputs], reading)
+    tokenizer = ready.tokenizer
+    return align(ready.model, sources, outputs,
+                 text_words(tokenizer.src, texts, [ids[:-1] for ids in sources]),
+                 output_words(tokenizer.decode_tgt, outputs), reading)
 
 
 def translate_sentences(ready: Ready, sentences: Sequence[str], cfg: DecodeConfig,

@@ -5,12 +5,14 @@ alignment, to the output words they were translated into.
     "Ein <b>schwarzer</b> Hund rennt."
 
 Markup is XML-like: a pair `<name ...>` ... `</name>` around one or more words (nested pairs
-allowed), or a placeholder `<name .../>` between words (one written against a word's end
-follows that word). A `<` that starts no such tag is text. Markup is refused (MarkupError,
-naming the tag and where it is) when a pair is unbalanced (a closing tag without its opening,
-an opening left open), crosses another (`<b><i>x</b></i>`) or encloses no word, and so is a
-line of more than MAX_TAGS tags. Tags are moved whole words at a time: a tag inside a word
-marks all of it.
+allowed), or a placeholder `<name .../>` between words (one written against a word's end follows
+that word); an attribute's quoted value may hold `>` (not `<`, as in XML), and every tag comes
+back exactly as it was written. A `<` that starts no such tag is text. Words are what
+`str.split()` separates in the text without its tags, as `translate.alignment` counts them.
+Markup is refused (MarkupError, naming the tag and where it is) when a pair is unbalanced (a
+closing tag without its opening, an opening left open), crosses another (`<b><i>x</b></i>`) or
+encloses no word, and so is a line of more than MAX_TAGS tags. Tags are moved whole words at a
+time: a tag inside a word marks all of it.
 
 `strip` removes the markup and says which words each tag holds; `restore` puts it back into a
 translation: a pair around every output word aligned to a word it held (the first to the last
@@ -29,7 +31,11 @@ from typing import Sequence
 from translate.alignment import Link
 
 MAX_TAGS = 1000  # a line's tags: restoring compares each pair with those placed before it
-TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9_.:-]*)((?:\s+[^<>]*?)?)\s*(/?)>")
+# after the name, attributes: runs of anything but space, quotes, < and >, or quoted values
+# (which may hold > but not <, as in XML), a / among them unless it ends the tag; each
+# character has one way to match, so a line that only starts a tag is read in linear time
+ATTRIBUTES = r"""(?:\s+(?:"[^"<]*"|'[^'<]*'|[^\s<>"'/]|/(?!\s*>))+)*"""
+TAG = re.compile(rf"<(/?)([A-Za-z][A-Za-z0-9_.:-]*)({ATTRIBUTES})\s*(/?)>")
 
 
 class MarkupError(ValueError):

@@ -1,9 +1,12 @@
 """Markup against hostile input: unbalanced, crossing and empty pairs are refused naming the tag
 and where it stands; what only looks like a tag is text and comes back as text; deep nesting and
-a line of too many tags is refused; `translate decode --markup` refuses a bad line by number
-and writes nothing."""
+a line of too many tags is refused; a quoted attribute value may hold `>` and comes back as it
+was written; a line that only starts a tag is read in linear time; `translate decode --markup`
+refuses a bad line by number and writes nothing."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -56,3 +59,35 @@ def test_decode_refuses_a_line_of_broken_markup_by_number_and_writes_nothing(tra
     assert result.exit_code == 1
     assert result.output == (f"Error: {source}, line 2: </i> at character 6 closes no tag\n")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("line, opens", [
+    ('A <a title="x>y">dog</a> runs.', ['<a title="x>y">']),
+    ("<i data-x='1 > 0' lang=en>two cats</i> sleep<br class=\"a>b\"/>",
+     ["<i data-x='1 > 0' lang=en>", '<br class="a>b"/>']),
+    ('<a href="x/">a b</a><img src="p.png" alt=">"/>',
+     ['<a href="x/">', '<img src="p.png" alt=">"/>']),
+])
+def test_a_quoted_attribute_value_may_hold_a_greater_than_sign_and_round_trips(line, opens):
+    marked = strip(line)
+    assert sorted(t.open for t in marked.tags) == sorted(opens)
+    assert ">" not in marked.text.replace("> 0", "")  # no piece of a tag left in the text
+    n = len(marked.text.split())
+    assert restore(marked, marked.text, [(i, i) for i in range(n)]) == line
+
+
+def test_a_less_than_sign_in_a_quoted_value_or_an_unclosed_quote_makes_no_tag():
+    """As in XML, a value may not hold `<`; a quote never closed is text, not a tag that
+    swallows the line."""
+    assert not strip('<a title="x<y">dog').tags
+    with pytest.raises(MarkupError, match="</a> at character 15 closes no tag"):
+        strip('<a title="x>dog</a> runs')
+
+
+def test_a_line_that_only_starts_a_tag_is_read_in_linear_time():
+    """`<a` and a long run of spaces (or attributes) with no `>`: text, read at once (the old
+    pattern took cubic time, minutes for a few thousand spaces)."""
+    for line in ("<a" + " " * 3000, "<a" + " x" * 100_000, "<a " + "/ " * 100_000):
+        start = time.perf_counter()
+        assert strip(line).tags == ()
+        assert time.perf_counter() - start < 2, line[:10]

@@ -1,15 +1,16 @@
 """`translate align-score`: how well a model's attention aligns words, against a gold set.
 
 A gold set is three files with one line per sentence pair: PREFIX.<src_lang> and
-PREFIX.<tgt_lang> (the sentences; words are what whitespace separates) and PREFIX.links (the
-links, `translate.alignment.read_gold`). The model re-reads each gold target (teacher forcing),
-and every way of reading its attention is scored: each cross-attention layer's heads averaged
-and each head alone, read where the decoder predicts a piece and where it was given it
-(`shift`); the RNN's one map both ways. The diagonal baseline, which knows no words, is scored
-beside them. Each AER has a 95% interval from resampling the pairs (1,000 resamples), and each
-reading the share of single-word tags it carries to the right word (`markup_landing`).
-The project's gold set is gold/multi30k (its README gives the guidelines): choose a reading on
-its dev part, report it on its test part.
+PREFIX.<tgt_lang> (the sentences; words are what `str.split()` separates, as everywhere in
+`translate.alignment`) and PREFIX.links (the links, `translate.alignment.read_gold`), each read
+as `translate.alignment.read_gold_lines` reads a gold file. The model re-reads each gold target
+(teacher forcing), and every way of reading its attention is scored: each cross-attention
+layer's heads averaged and each head alone, read where the decoder predicts a piece and where it
+was given it (`shift`); the RNN's one map both ways. The diagonal baseline, which knows no
+words, is scored beside them. Each AER has a 95% interval from resampling the pairs (1,000
+resamples), and each reading the share of single-word tags it carries to the right word
+(`markup_landing`). The project's gold set is gold/multi30k (its README gives the guidelines):
+choose a reading on its dev part, report it on its test part.
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from translate.alignment import (EACH, AlignmentScores, Gold, Link, Reading, alignment_error,
-                                 attention_of_pairs, diagonal_links, read_gold, read_map,
-                                 word_count, word_links, word_weights)
-from translate.decode_io import read_lines
+from translate.alignment import (EACH, AlignmentScores, Gold, Link, Reading, Words,
+                                 alignment_error, attention_of_pairs, diagonal_links, read_gold,
+                                 read_gold_lines, read_links, read_map, text_words, word_weights)
 from translate.markup import restore, strip
 from translate.ready import Ready
 
@@ -56,10 +56,14 @@ class GoldSet:
 def read_gold_set(prefix: str | Path, src_lang: str, tgt_lang: str, fmt: str = "pharaoh"
                   ) -> GoldSet:
     """PREFIX.<src_lang>, PREFIX.<tgt_lang> and PREFIX.links, checked against each other: as
-    many lines each, every link inside its pair's words, no empty sentence."""
+    many lines each, every link inside its pair's words, no empty sentence, one pair at
+    least."""
     prefix = str(prefix)
-    sources = read_lines(f"{prefix}.{src_lang}")
-    targets = read_lines(f"{prefix}.{tgt_lang}")
+    sources = read_gold_lines(f"{prefix}.{src_lang}", "gold sentence file")
+    targets = read_gold_lines(f"{prefix}.{tgt_lang}", "gold sentence file")
+    if not sources and not targets:
+        raise ValueError(f"the gold set {prefix} holds no sentence pairs: {prefix}.{src_lang} "
+                         f"and {prefix}.{tgt_lang} are empty")
     if len(sources) != len(targets):
         raise ValueError(f"{prefix}.{src_lang} has {len(sources)} lines and {prefix}.{tgt_lang} "
                          f"{len(targets)}: a gold set has one line a pair in each file")
@@ -94,33 +98,28 @@ def interval(links: Sequence[Sequence[tuple[int, int]]], gold: Sequence[Gold],
 
 @dataclass
 class Attended:
-    """A gold set re-read by a model: each pair's pieces and cross-attention (L, H, T, S)."""
+    """A gold set re-read by a model: the words of each pair's pieces and its cross-attention
+    (L, H, T, S)."""
 
-    src_pieces: list[list[str]]  # EOS last
-    out_pieces: list[list[str]]  # the target's, EOS dropped
+    src_words: list[Words]  # the source's pieces, EOS not among them
+    out_words: list[Words]  # the target's
     maps: list
 
     def links(self, reading: Reading) -> list[list[Link]]:
-        return [word_links(read_map(w, reading), sp, op, reading.shift, reading.each)
-                for w, sp, op in zip(self.maps, self.src_pieces, self.out_pieces)]
+        return [read_links(read_map(w, reading), src, out, reading.shift, reading.each)
+                for w, src, out in zip(self.maps, self.src_words, self.out_words)]
 
 
 def attend(ready: Ready, gold_set: GoldSet) -> Attended:
-    """`ready`'s model re-reads each gold target (teacher forcing); the pieces of each sentence
-    must make up its words (a ValueError names a pair whose do not)."""
+    """`ready`'s model re-reads each gold target (teacher forcing); each piece belongs to the
+    word of the gold sentence it was made of (`translate.alignment.text_words`)."""
     tok = ready.tokenizer
     src_ids = tok.encode_src(gold_set.sources)  # EOS last
     out_ids = [ids[:-1] for ids in tok.encode_tgt(gold_set.targets)]  # EOS dropped
-    src_pieces = [[tok.src.id_to_piece(i) for i in ids] for ids in src_ids]
-    out_pieces = [[tok.tgt.id_to_piece(i) for i in ids] for ids in out_ids]
-    for number, (sp, op, g_src, g_tgt) in enumerate(zip(src_pieces, out_pieces,
-                                                      gold_set.sources, gold_set.targets), 1):
-        for pieces, text in ((sp[:-1], g_src), (op, g_tgt)):
-            if word_count(pieces) != len(text.split()):
-                raise ValueError(f"pair {number}: the tokenizer makes {text!r} into pieces "
-                                 f"that are not its {len(text.split())} words")
-    return Attended(src_pieces, out_pieces, list(attention_of_pairs(ready.model, src_ids,
-                                                                    out_ids)))
+    src_words = text_words(tok.src, gold_set.sources, [ids[:-1] for ids in src_ids])
+    out_words = text_words(tok.tgt, gold_set.targets, out_ids)
+    return Attended(src_words, out_words, list(attention_of_pairs(ready.model, src_ids,
+                                                                  out_ids)))
 
 
 def score_readings(ready: Ready, gold_set: GoldSet,
@@ -170,11 +169,11 @@ def align_score(checkpoint: str, prefix: str, fmt: str = "pharaoh", device: Opti
     AER there and the best with heads averaged (`choose`)."""
     ready = Ready.load(checkpoint, device, precision="fp32", engine="plain")
     data = ready.recipe.data
+    gold_set = read_gold_set(prefix, data.src_lang, data.tgt_lang, fmt)
     if choose_on is not None:
         chosen = choose(score_readings(ready, read_gold_set(choose_on, data.src_lang,
                                                             data.tgt_lang, fmt)))
-    return ready, score_readings(ready, read_gold_set(prefix, data.src_lang, data.tgt_lang, fmt),
-                                 chosen)
+    return ready, score_readings(ready, gold_set, chosen)
 
 
 def choose(on_dev: Sequence[ReadingScore]) -> list[Reading]:
@@ -261,10 +260,11 @@ def draw_alignments(panels: Sequence[tuple[str, Attended, Reading, GoldSet]], ou
     plt = pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels), 4.6), squeeze=False)
     for ax, (name, attended, reading, gold_set) in zip(axes[0], panels):
-        sp, op = attended.src_pieces[pair], attended.out_pieces[pair]
+        src, out = attended.src_words[pair], attended.out_words[pair]
+        n = len(out.of_piece)
         mapped = read_map(attended.maps[pair], reading)
-        rows = mapped[1: len(op) + 1] if reading.shift else mapped[: len(op)]
-        words = word_weights(rows, sp, op).numpy()  # (reference words, source words)
+        rows = mapped[1: n + 1] if reading.shift else mapped[:n]
+        words = word_weights(rows, src, out).numpy()  # (reference words, source words)
         src_words, out_words = gold_set.sources[pair].split(), gold_set.targets[pair].split()
         draw_heatmap(ax, Heatmap(f"{name}: {reading.describe()}", words / max(words.max(), 1e-9),
                                  src_words, out_words, "source words", "reference words"))
