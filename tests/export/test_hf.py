@@ -36,7 +36,8 @@ def hf_export(trained_run, tmp_path_factory):
 def test_the_saved_folder_computes_the_trained_models_logits(hf_export, trained_run,
                                                              small_data):
     assert {"config.json", "model.safetensors", "generation_config.json", "spm.model",
-            "tokenizer.json", "tokenizer_config.json"} == set(hf_export.files)
+            "tokenizer.json", "tokenizer_config.json", "README.md", "modeling_translate.py",
+            "translate_export.json"} == set(hf_export.files)
     hf = transformers.PegasusForConditionalGeneration.from_pretrained(hf_export.out).eval()
     loaded = load_checkpoint(trained_run.run_dir)
     rows = read_jsonl(small_data / "test_2016_flickr.jsonl", 16)

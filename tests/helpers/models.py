@@ -13,7 +13,8 @@ from helpers.files import read_jsonl
 def untrained_model(data: Path, layers: int = 1, overrides: tuple[str, ...] = ()):
     """(recipe, tokenizer, model) for tests of shapes and files, not skill: a joint 200-piece
     tokenizer trained on 500 pairs of `data` and a d_model=32 Transformer of `layers` layers a
-    side (and the recipe `overrides`, e.g. "model.positions=rope"), drawn with seed 0."""
+    side (and the recipe `overrides`, e.g. "model.positions=rope", or "tokenizer.joint=false" for
+    one vocabulary a side), drawn with seed 0."""
     from translate.config import load_recipe
     from translate.models import build_model
     from translate.tokenizer import Tokenizer
@@ -24,7 +25,8 @@ def untrained_model(data: Path, layers: int = 1, overrides: tuple[str, ...] = ()
                              f"model.decoder_layers={layers}", *overrides])
     tokenizer = Tokenizer.train([r["en"] for r in rows], [r["de"] for r in rows], cfg.tokenizer)
     torch.manual_seed(0)
-    model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, True)
+    model = build_model(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size,
+                        cfg.tokenizer.joint)
     return cfg, tokenizer, model
 
 

@@ -4,21 +4,25 @@
                  (translate.model_folder): what `translate decode`, `evaluate`, `Translator.load`
                  and the server load like a checkpoint, without its optimizer and training state
     ctranslate2  a CTranslate2 model folder and spm.model (translate.export.ct2)
-    hf           a `transformers` Pegasus folder (`save_pretrained`) with our search's settings,
-                 a fast tokenizer (tokenizer.json) and spm.model: what `AutoTokenizer` and
-                 `AutoModelForSeq2SeqLM` load (translate.export.hf)
+    hf           a `transformers` folder (`save_pretrained`) with our search's settings, a fast
+                 tokenizer (tokenizer.json), spm.model and a model card: the native Pegasus class
+                 where it holds the model, else a modeling file of its own beside the weights
+                 (`trust_remote_code=True`); what `AutoTokenizer` and `AutoModelForSeq2SeqLM`
+                 load (translate.export.hf)
 
 Every format holds the checkpoint's `model` weights: the EMA (or averaged) ones where training
 kept them. The peer formats refuse, in one line, a Transformer with an option their converters
-do not write (`peer.UNCONVERTED`: hf has no rope positions or qk_norm; ctranslate2 holds rope
-and qk_norm, the latter where cross-attention's queries are normalised over the width as
-CTranslate2's are, `model.cross_query_norm: width`); inference holds any.
+do not write (`peer.UNCONVERTED`: ctranslate2 holds rope and qk_norm, the latter where
+cross-attention's queries are normalised over the width as CTranslate2's are,
+`model.cross_query_norm: width`; hf holds every Transformer option); inference holds any.
 The folder is written under a temporary name and renamed into place whole, so a failed export
 leaves nothing behind.
 
     __init__.py  export(): the formats, their checks, the folder written whole
     ct2.py       the CTranslate2 conversion, and decoding its folder as ours
-    hf.py        the transformers Pegasus conversion and its fast tokenizer
+    hf.py        the transformers conversion (Pegasus or remote code) and its fast tokenizer
+    hf_folder.py the hf folder's own files: the modeling file, the seal, the model card
+    hf_modeling.py  the modeling file written beside the weights (torch and transformers only)
     peer.py      ExportError, and the models the peer formats' converters take
 """
 
@@ -90,7 +94,7 @@ def export(checkpoint: str | Path, fmt: str, out: str | Path, dtype: str | None 
         if fmt == "inference":
             write_model_folder(loaded.data, tmp, dtype or "fp32", source.name)
         else:
-            _write_peer(loaded, fmt, tmp, dtype, quantization)
+            _write_peer(loaded, fmt, tmp, dtype, quantization, source)
         if out.exists():
             out.rmdir()  # empty, as checked
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -140,8 +144,10 @@ def _installed(module: str) -> bool:
         return False
 
 
-def _write_peer(loaded, fmt: str, out: Path, dtype: str | None, quantization: str | None):
-    """A CTranslate2 or transformers folder, with the SentencePiece model(s) beside it."""
+def _write_peer(loaded, fmt: str, out: Path, dtype: str | None, quantization: str | None,
+                source: Path):
+    """A CTranslate2 or transformers folder, with the SentencePiece model(s) beside it;
+    `source` is the exported checkpoint, named in the hf model card."""
     tokenizer, data = loaded.tokenizer, loaded.recipe.data
     if fmt == "ctranslate2":
         from translate.export.ct2 import to_ctranslate2, vocabulary
@@ -154,5 +160,6 @@ def _write_peer(loaded, fmt: str, out: Path, dtype: str | None, quantization: st
         from translate.export.hf import save_hf
 
         hf_logging.disable_progress_bar()  # a bar for writing one small file
-        save_hf(loaded.model, tokenizer, loaded.recipe, out, DTYPES[dtype or "fp32"])
+        save_hf(loaded.model, tokenizer, loaded.recipe, out, DTYPES[dtype or "fp32"],
+                source=source, step=loaded.step)
     tokenizer.save(out, data.src_lang, data.tgt_lang)

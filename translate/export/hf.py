@@ -1,14 +1,21 @@
-"""Hugging Face export: our Transformer as a `transformers` PegasusForConditionalGeneration with
-our search's settings, and our SentencePiece model as a fast tokenizer, so `AutoTokenizer` and
-`AutoModelForSeq2SeqLM` load the folder and `generate(**tokenizer(texts, return_tensors="pt",
-padding=True))` translates.
+"""Hugging Face export: our Transformer as a `transformers` model with our search's settings,
+and our SentencePiece model as a fast tokenizer, so `AutoTokenizer` and `AutoModelForSeq2SeqLM`
+load the folder and `generate(**tokenizer(texts, return_tensors="pt", padding=True))`
+translates.
 
-Pegasus is, like ours, a pre-norm encoder-decoder with final LayerNorms, sqrt(D)-scaled
-embeddings, biased Q/K/V projections and one embedding shared by the encoder, the decoder and
-the output; its position table is an ordinary weight, read from position 0, so ours (sinusoidal
-or learned) is written into it as it is and the logits are ours to float rounding. Its
-feed-forward network takes any activation transformers names (relu, gelu, relu2), ungated, and
-its norms are LayerNorms: a model with RMSNorms or SwiGLU is refused (`check_expressible`).
+A model Pegasus holds is written as a PegasusForConditionalGeneration, which transformers loads
+with no code from the folder. Pegasus is, like ours, a pre-norm encoder-decoder with final
+LayerNorms, sqrt(D)-scaled embeddings, biased Q/K/V projections and one embedding shared by the
+encoder, the decoder and the output; its position table is an ordinary weight, read from
+position 0, so ours (sinusoidal or learned) is written into it as it is and the logits are ours
+to float rounding. Its feed-forward network takes any activation transformers names (relu,
+gelu, relu2), ungated, and its norms are LayerNorms.
+
+Any other Transformer (rope, qk_norm, RMSNorm, SwiGLU, untied embeddings: `remote_options`)
+is written for translate/export/hf_modeling.py's TranslateForConditionalGeneration, copied into
+the folder as modeling_translate.py (torch and transformers only), which `auto_map` in
+config.json names: loaded with `trust_remote_code=True`. Its parameters are ours under our own
+names, each tied tensor once. hf_folder.py seals the folder's code and writes its model card.
 
 Why not M2M100, the other pre-norm model there: its sinusoidal table is a non-persistent
 buffer that `from_pretrained` recomputes (other frequencies, sin and cos halves rather than
@@ -28,32 +35,56 @@ import torch
 from torch import nn
 
 from translate.config import Recipe
+# check_exported is this module's too: what callers of an hf export run before loading it
+from translate.export.hf_folder import check_exported, seal, write_card, write_code  # noqa: F401
 from translate.export.peer import ExportError, transformer_only
 from translate.models.transformer import GATED, Transformer
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD, SPECIAL_IDS
 
 
+def check_one_vocabulary(tokenizer: Tokenizer) -> None:
+    """A transformers tokenizer encodes and decodes with one vocabulary."""
+    if not tokenizer.joint:
+        raise ExportError("--format hf holds one SentencePiece vocabulary (a transformers "
+                          "tokenizer encodes and decodes with the same one); this model has "
+                          "separate source and target vocabularies (tokenizer.joint false): "
+                          "export it with --format ctranslate2 or inference")
+
+
+def unlike_pegasus(model: Transformer) -> list[str]:
+    """The options of `model` Pegasus's layers do not compute, as "model.key: value"."""
+    cfg = model.cfg
+    return [f"model.{key}: {value}" for key, value, held in (
+        ("positions", "rope", cfg.positions != "rope"),  # Pegasus adds positions
+        ("qk_norm", "true", not cfg.qk_norm),  # its attention is plain
+        ("norm", cfg.norm, cfg.norm == "layernorm"),  # its norms subtract the mean
+        ("activation", cfg.activation, cfg.activation not in GATED)) if not held]  # no gate
+
+
+def remote_options(model: Transformer) -> list[str]:
+    """The options of `model` Pegasus cannot hold: those the folder's own modeling file
+    computes (none: a Pegasus). Pegasus also has one embedding matrix for all three roles."""
+    untied = ["model.tie_embeddings: false"] if not model.cfg.tie_embeddings else []
+    return unlike_pegasus(model) + untied
+
+
 def check_tied(model: Transformer) -> None:
     """Pegasus has one embedding for the encoder, the decoder and the output."""
     if model.src_embed.tokens is not model.tgt_embed.tokens or not model.cfg.tie_embeddings:
-        raise ExportError("--format hf holds one vocabulary with tied embeddings; this model "
-                          "has separate vocabularies or untied embeddings (tokenizer.joint or "
-                          "model.tie_embeddings false): export it with --format ctranslate2 "
-                          "or inference")
+        raise ExportError("Pegasus holds one vocabulary with tied embeddings; this model has "
+                          "separate vocabularies or untied embeddings (tokenizer.joint or "
+                          "model.tie_embeddings false): `save_hf` writes it with its own "
+                          "modeling file")
 
 
 def check_expressible(model: Transformer) -> None:
-    """Pegasus's norms subtract the mean and its feed-forward network has no gate."""
-    cfg = model.cfg
-    if cfg.norm != "layernorm":
-        raise ExportError(f"--format hf cannot hold model.norm: {cfg.norm} (Pegasus's norms are "
-                          f"LayerNorms); export this model with --format ctranslate2 or "
-                          f"inference")
-    if cfg.activation in GATED:
-        raise ExportError(f"--format hf cannot hold model.activation: {cfg.activation} "
-                          f"(Pegasus's feed-forward network has no gate); export this model "
-                          f"with --format ctranslate2 or inference")
+    """Pegasus's norms subtract the mean, its feed-forward network has no gate, it adds
+    positions to the embeddings and its attention is plain."""
+    options = unlike_pegasus(model)
+    if options:
+        raise ExportError(f"Pegasus cannot hold {', '.join(options)}: `save_hf` writes this "
+                          f"model with its own modeling file")
 
 
 @torch.no_grad()
@@ -110,14 +141,65 @@ def to_pegasus(model: nn.Module) -> nn.Module:
     return hf
 
 
+# our parameter names -> translate/export/hf_modeling.py's (the layers' own names are ours)
+REMOTE_NAMES = {"src_embed.": "encoder.embed.", "encoder_layers.": "encoder.layers.",
+                "encoder_norm.": "encoder.norm.", "tgt_embed.": "decoder_embed."}
+
+
+def remote_name(name: str) -> str:
+    """Our parameter's name in hf_modeling.py's model: "encoder_layers.0.ffn.fc1.weight" ->
+    "encoder.layers.0.ffn.fc1.weight"."""
+    prefix = next((ours for ours in REMOTE_NAMES if name.startswith(ours)), "")
+    return REMOTE_NAMES.get(prefix, "") + name[len(prefix):]
+
+
+@torch.no_grad()
+def to_remote(model: nn.Module) -> nn.Module:
+    """hf_modeling.py's TranslateForConditionalGeneration that computes what `model` computes:
+    its parameters ours, each tied tensor once, position tables (sinusoidal or learned) stored."""
+    from translate.export import hf_modeling
+
+    model = transformer_only(model, "hf")
+    c, shared = model.cfg, model.src_embed.tokens is model.tgt_embed.tokens
+    hf = hf_modeling.TranslateForConditionalGeneration(hf_modeling.TranslateConfig(
+        vocab_size=model.output.out_features, src_vocab_size=model.src_embed.tokens.num_embeddings,
+        d_model=c.d_model, heads=c.heads, ffn_hidden=c.ffn_hidden(),
+        encoder_layers=c.encoder_layers, decoder_layers=c.decoder_layers,
+        activation=c.activation, norm=c.norm, norm_eps=model.encoder_norm.eps,
+        positions=c.positions, max_positions=c.max_positions, qkv_bias=c.qkv_bias,
+        qk_norm=c.qk_norm, cross_query_norm=getattr(c, "cross_query_norm", "head"),
+        shared_embeddings=shared, tied_output=c.tie_embeddings, pad_token_id=PAD,
+        bos_token_id=BOS, eos_token_id=EOS, decoder_start_token_id=BOS,
+        architectures=["TranslateForConditionalGeneration"])).eval()
+    state = {remote_name(name): tensor for name, tensor in model.state_dict().items()}
+    if shared:
+        del state["decoder_embed.tokens.weight"]  # the encoder's
+    if c.tie_embeddings:
+        del state["output.weight"]  # the target embedding
+    if c.positions == "sinusoidal":  # a buffer of ours, not saved: a stored weight there
+        state["encoder.embed.positions.weight"] = model.src_embed.position_table()
+        state["decoder_embed.positions.weight"] = model.tgt_embed.position_table()
+    hf.load_state_dict(state, strict=True)
+    return hf
+
+
 def save_hf(model: nn.Module, tokenizer: Tokenizer, recipe: Recipe, out: Path,
-            dtype: torch.dtype = torch.float32) -> None:
-    """Write `model` as a Pegasus folder with our search's settings in generation_config.json,
-    and its tokenizer as tokenizer.json: what `AutoModelForSeq2SeqLM` and `AutoTokenizer`
-    load."""
+            dtype: torch.dtype = torch.float32, source: Path | None = None,
+            step: int | None = None) -> None:
+    """Write `model` as a transformers folder with our search's settings in
+    generation_config.json, its tokenizer as tokenizer.json, the modeling file, the seal and
+    the model card: what `AutoModelForSeq2SeqLM` and `AutoTokenizer` load.
+
+    Args:
+        source, step: the exported checkpoint (or run folder) and its step, for the card's
+            test BLEU (read from the run's metrics.jsonl); None: "not recorded".
+    """
+    model = transformer_only(model, "hf")
+    check_one_vocabulary(tokenizer)
     fast = fast_tokenizer(tokenizer.src_model, model.cfg.max_positions)
     check_same_ids(fast, tokenizer)
-    hf = to_pegasus(model)
+    remote = remote_options(model)
+    hf = to_remote(model) if remote else to_pegasus(model)
     generation_settings(hf.generation_config, recipe, model.cfg.max_positions)
     hf.to(dtype).save_pretrained(out)
     fast.save_pretrained(out)
@@ -126,6 +208,9 @@ def save_hf(model: nn.Module, tokenizer: Tokenizer, recipe: Recipe, out: Path,
     config["tokenizer_class"] = "PreTrainedTokenizerFast"
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n",
                                                encoding="utf-8")
+    write_code(out, remote=bool(remote))
+    write_card(out, recipe.to_dict(), remote, source, step)
+    seal(out)
 
 
 # generate's length penalty divides a hypothesis's log-probability by len ** beta, ours by GNMT's

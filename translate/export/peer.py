@@ -18,12 +18,12 @@ class ExportError(ValueError):
 
 
 # Transformer options each peer format's converter does not write, with the value it refuses:
-# Pegasus (hf) has neither rotary positions nor QK-norm. CTranslate2 holds rotary
+# hf holds each (its own modeling file computes what Pegasus cannot). CTranslate2 holds rotary
 # self-attention and QK-norm (ct2.py writes them; its cross-attention queries normalised over
 # the width, which ct2.py checks the model's are).
-UNCONVERTED = {"hf": {"positions": "rope", "qk_norm": True},
+UNCONVERTED = {"hf": {},
                "ctranslate2": {}}
-WHY = {"hf": "Pegasus adds positions to its embeddings and has plain attention",
+WHY = {"hf": "",
        "ctranslate2": ""}
 
 
