@@ -14,9 +14,11 @@ halve the speed of PyTorch code in the same process), and only one works at a ti
   ours         `translate_sentences` in fp32, in bf16 autocast, and with int8 dynamic quantization
                of every Linear (`translate.fast.quantize_int8`, as `--precision int8`), all with
                the fast engine (`--engine fast`, the default on the CPU).
-  hf pegasus   `PegasusForConditionalGeneration.generate` holding our weights, converted by
-               `translate export --format hf` (translate.export.hf): pre-norm with final
-               LayerNorms, sqrt(D)-scaled embeddings and our position table, so it is exact.
+  hf generate  transformers' `generate` on the model `translate export --format hf` writes
+               (translate.export.hf): a `PegasusForConditionalGeneration` where Pegasus holds
+               the model (pre-norm with final LayerNorms, sqrt(D)-scaled embeddings and our
+               position table, so it is exact), else the export's own modeling file
+               (`modeling_translate.py`: rotary positions, QK-norm, RMSNorm, ...).
                (Until the exporter, an M2M100 with our table written over its own; the same
                BART-family `generate`, but a saved M2M100 recomputes its table on loading.)
   ct2          `ctranslate2.Translator.translate_batch` on the TransformerSpec of
@@ -71,7 +73,7 @@ from translate.data.batch import length_batches, pad
 from translate.data.read import load_split
 from translate.engine import FAST, GPU, PLAIN, Engine
 from translate.export.ct2 import to_ctranslate2, vocabulary
-from translate.export.hf import to_pegasus
+from translate.export.hf import to_transformers
 from translate.fast import accelerate, quantize_int8
 from translate.hardware import autocast, cpu_name
 from translate.inference import translate_sentences
@@ -155,7 +157,7 @@ def check_peers(model: Transformer, tokenizer: Tokenizer, systems: dict[str, Tra
     x, y = pad([torch.tensor(s) for s in ids]), pad([torch.tensor([BOS] + t) for t in tgt])
     logits = model(x, y[:, :-1])  # (B, T, V)
     real = y[:, 1:] != PAD  # (B, T)
-    if isinstance(hf := systems.get("hf pegasus"), HF):
+    if isinstance(hf := systems.get("hf generate"), HF):
         theirs = hf.hf(input_ids=x, attention_mask=x != PAD, decoder_input_ids=y[:, :-1]).logits
         report["hf max |logit diff|"] = float((theirs - logits)[real].abs().max())
     if isinstance(ct2 := systems.get("ct2 float32"), CT2):
@@ -166,7 +168,7 @@ def check_peers(model: Transformer, tokenizer: Tokenizer, systems: dict[str, Tra
                                                for b, r in enumerate(scored)
                                                for t, lp in enumerate(r.log_probs))
     reference = systems["ours fp32"](src[:n], 1)
-    for name in ("hf pegasus", "ct2 float32"):
+    for name in ("hf generate", "ct2 float32"):
         if name in systems:
             same = sum(a == b for a, b in zip(reference, systems[name](src[:n], 1)))
             report[f"{name} greedy identical"] = f"{same}/{n}"
@@ -204,10 +206,11 @@ def build_systems(loaded: Loaded, cfg: DecodeConfig, threads: int, ct2_dir: Path
                             "ours int8": ours(accelerate(quantize_int8(model)))})
     if "hf" in families:
         try:
-            systems["hf pegasus"] = HF(to_pegasus(model), *peer_args, device=device)
+            hf = to_transformers(model)
+            systems["hf generate"] = HF(hf, *peer_args, device=device)
             if on_gpu:
-                systems["hf pegasus bf16"] = HF(to_pegasus(model), *peer_args, device=device,
-                                                precision="bf16")
+                systems["hf generate bf16"] = HF(copy.deepcopy(hf), *peer_args, device=device,
+                                                 precision="bf16")
         except ImportError:
             print("transformers is not installed: measuring without the Hugging Face peer")
     if "ct2" in families:
@@ -360,9 +363,9 @@ def main() -> None:
         print(f"{name:12s} {rate[f'{name} greedy']:14.1f} {rate[f'{name} beam5']:13.1f} "
               f"{bleu[f'{name} greedy']:12.2f} {bleu[f'{name} beam5']:11.2f}")
     print()
-    for ours, peer in (("ours fp32", "hf pegasus"), ("ours fp32", "ct2 float32"),
-                       ("ours int8", "ct2 int8"), ("ours gpu fp32", "hf pegasus"),
-                       ("ours gpu bf16", "hf pegasus bf16"), ("ours gpu bf16", "ct2 bfloat16")):
+    for ours, peer in (("ours fp32", "hf generate"), ("ours fp32", "ct2 float32"),
+                       ("ours int8", "ct2 int8"), ("ours gpu fp32", "hf generate"),
+                       ("ours gpu bf16", "hf generate bf16"), ("ours gpu bf16", "ct2 bfloat16")):
         for mode in MODES if peer in names and ours in names else ():
             ratio = rate[f"{ours} {mode}"] / rate[f"{peer} {mode}"]
             # the same round's pair: machine drift between rounds cancels out

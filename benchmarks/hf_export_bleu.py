@@ -4,7 +4,8 @@
         --split test_2016_flickr --json benchmarks/results/hf_export_bleu.json
 
 The checkpoint is exported (`translate export --format hf`, fp32) into a temporary folder,
-loaded with `AutoTokenizer` and `AutoModelForSeq2SeqLM`, and the split translated with a plain
+loaded with `AutoTokenizer` and `AutoModelForSeq2SeqLM` (`trust_remote_code=True`: the default
+recipe's model runs the folder's own modeling_translate.py), and the split translated with a plain
 `generate(**tokenizer(batch, return_tensors="pt", padding=True))`: beam, length penalty and
 the rest come from the export's generation_config.json. Ours is `translate decode` with the
 recipe's decode settings (beam 5), once in fp32 (like for like) and once in the recipe's
@@ -40,8 +41,9 @@ def hf_translate(folder: Path, sentences: list[str], batch_size: int,
     a batch whose longest source has S ids, as the docs' snippet asks."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    # the recipe's model runs the export's own modeling file; a Pegasus ignores the flag
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     out = [""] * len(sentences)
     for start in range(0, len(order), batch_size):
@@ -62,7 +64,7 @@ def same_ids(folder: Path, tokenizer, texts: list[str]) -> int:
     """How many of `texts` the export's AutoTokenizer encodes to our source ids."""
     from transformers import AutoTokenizer
 
-    theirs = AutoTokenizer.from_pretrained(folder)(texts)["input_ids"]
+    theirs = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)(texts)["input_ids"]
     return sum(a == b for a, b in zip(tokenizer.encode_src(texts), theirs))
 
 

@@ -23,7 +23,8 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 V = 40
-VARIANTS = [{}, {"qkv_bias": False, "positions": "learned", "activation": "gelu"}]
+VARIANTS = [{}, {"qkv_bias": False, "positions": "learned", "activation": "gelu"},
+            {"positions": "rope", "qk_norm": True, "cross_query_norm": "width"}]  # the recipe's
 VOCABULARY = ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4, V)]
 
 
@@ -47,7 +48,7 @@ def sources() -> tuple[torch.Tensor, list[list[int]]]:
 def test_the_hf_peer_decodes_greedy_as_we_do(overrides):
     pytest.importorskip("transformers")
     model = tiny(**overrides)
-    peer = bench.HF(bench.to_pegasus(model), None, DecodeConfig(), model.cfg.max_positions)
+    peer = bench.HF(bench.to_transformers(model), None, DecodeConfig(), model.cfg.max_positions)
     src, ids = sources()
     assert peer.decode(ids, 1, 12) == greedy_search(model, src, 12)  # cached positions
 

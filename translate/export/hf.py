@@ -154,6 +154,12 @@ def remote_name(name: str) -> str:
 
 
 @torch.no_grad()
+def to_transformers(model: nn.Module) -> nn.Module:
+    """The transformers model `save_hf` writes for `model`: a Pegasus where Pegasus holds it,
+    else the modeling file's own class."""
+    return to_remote(model) if remote_options(transformer_only(model, "hf")) else to_pegasus(model)
+
+
 def to_remote(model: nn.Module) -> nn.Module:
     """hf_modeling.py's TranslateForConditionalGeneration that computes what `model` computes:
     its parameters ours, each tied tensor once, position tables (sinusoidal or learned) stored."""
@@ -199,7 +205,7 @@ def save_hf(model: nn.Module, tokenizer: Tokenizer, recipe: Recipe, out: Path,
     fast = fast_tokenizer(tokenizer.src_model, model.cfg.max_positions)
     check_same_ids(fast, tokenizer)
     remote = remote_options(model)
-    hf = to_remote(model) if remote else to_pegasus(model)
+    hf = to_transformers(model)
     generation_settings(hf.generation_config, recipe, model.cfg.max_positions)
     hf.to(dtype).save_pretrained(out)
     fast.save_pretrained(out)
