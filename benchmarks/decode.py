@@ -9,7 +9,8 @@ Timed: the whole split, text in and text out (SentencePiece included), batches o
 sorted by length, greedy and beam 5, on `--threads` CPU threads. Systems take turns batch by
 batch, so machine noise hits them alike; the figure is the median over rounds. Ours, HF and CT2
 each run in a worker process of their own (CTranslate2's OpenMP threads, once they have run,
-halve the speed of PyTorch code in the same process), and only one works at a time.
+halve the speed of PyTorch code in the same process), and only one works at a time; each
+process's peak resident memory is reported beside the speed.
 
   ours         `translate_sentences` in fp32, in bf16 autocast, and with int8 dynamic quantization
                of every Linear (`translate.fast.quantize_int8`, as `--precision int8`), all with
@@ -233,7 +234,7 @@ def build_systems(loaded: Loaded, cfg: DecodeConfig, threads: int, ct2_dir: Path
 def serve(family: str, checkpoint: Path, ct2_dir: Path, threads: int, cfg: DecodeConfig,
           device: str, conn) -> None:
     """A worker process holding one family's systems: it answers (name, beam, sentences) with
-    (seconds, translations) until it receives None."""
+    (seconds, translations) until it receives None, then sends its peak resident memory (MiB)."""
     torch.set_num_threads(threads)
     systems = build_systems(load_checkpoint(checkpoint), cfg, threads, ct2_dir, [family], device)
     conn.send(list(systems))
@@ -242,13 +243,22 @@ def serve(family: str, checkpoint: Path, ct2_dir: Path, threads: int, cfg: Decod
         t0 = time.perf_counter()
         out = systems[name](sentences, beam)
         conn.send((time.perf_counter() - t0, out))
+    conn.send(peak_rss_mib())
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far, in MiB (Linux counts ru_maxrss in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def time_rounds(checkpoint: Path, ct2_dir: Path, threads: int, src: list[str],
                 batches: list[list[int]], rounds: int, cfg: DecodeConfig,
                 families: Sequence[str] = FAMILIES, device: str = "cpu"
-                ) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
-    """Seconds per round and first-round outputs, keyed "system mode".
+                ) -> tuple[dict[str, list[float]], dict[str, list[str]], dict[str, float]]:
+    """Seconds per round and first-round outputs, keyed "system mode", and each family's peak
+    resident memory in MiB (its process's: the model, its systems, every round).
 
     Systems take turns batch by batch: every system decodes batch b (the order rotating)
     before any starts batch b + 1, so the VM's noise, which drifts over seconds, hits all of
@@ -293,10 +303,12 @@ def time_rounds(checkpoint: Path, ct2_dir: Path, threads: int, src: list[str],
                         outputs[f"{name} {mode}"][i] = text
         print(f"round {r + 1}: " + ", ".join(f"{k} {len(src) / v[-1]:.1f}"
                                              for k, v in seconds.items()), flush=True)
-    for process, conn, _ in workers.values():
+    peaks = {}
+    for family, (process, conn, _) in workers.items():
         conn.send(None)
+        peaks[family] = conn.recv()
         process.join()
-    return seconds, outputs
+    return seconds, outputs, peaks
 
 
 def main() -> None:
@@ -336,8 +348,8 @@ def main() -> None:
         del systems  # checked on the CPU; timed in worker processes, one family each
         lengths = [len(ids) for ids in loaded.tokenizer.encode_src(src)]
         batches = length_batches(lengths, cfg.max_tokens, BATCH)  # as every system cuts them
-        seconds, outputs = time_rounds(args.checkpoint, ct2_dir, args.threads, src, batches,
-                                       args.rounds, cfg, families, args.device)
+        seconds, outputs, peaks = time_rounds(args.checkpoint, ct2_dir, args.threads, src,
+                                              batches, args.rounds, cfg, families, args.device)
         names = list(dict.fromkeys(key.rsplit(" ", 1)[0] for key in seconds))
 
     rate = {k: len(src) / statistics.median(v) for k, v in seconds.items()}
@@ -353,7 +365,8 @@ def main() -> None:
               "device": args.device,
               "batch_sentences": BATCH, "lenpen": LENPEN, "early_exit": args.early_exit,
               "rounds": args.rounds,
-              "machine": machine, "checks": checks, "systems": {}, "ratios": {}}
+              "machine": machine, "checks": checks, "systems": {}, "ratios": {},
+              "peak_rss_mib": peaks}
     print(f"\n{'system':12s} {'greedy sent/s':>14s} {'beam5 sent/s':>13s} "
           f"{'BLEU greedy':>12s} {'BLEU beam5':>11s}")
     for name in names:
@@ -362,6 +375,8 @@ def main() -> None:
             (f"{m}_round_seconds", seconds[f"{name} {m}"])]}
         print(f"{name:12s} {rate[f'{name} greedy']:14.1f} {rate[f'{name} beam5']:13.1f} "
               f"{bleu[f'{name} greedy']:12.2f} {bleu[f'{name} beam5']:11.2f}")
+    print("peak resident memory (MiB, each family's process): "
+          + ", ".join(f"{family} {mib:,.0f}" for family, mib in peaks.items()))
     print()
     for ours, peer in (("ours fp32", "hf generate"), ("ours fp32", "ct2 float32"),
                        ("ours int8", "ct2 int8"), ("ours gpu fp32", "hf generate"),
