@@ -173,16 +173,17 @@ def test_qk_norm_per_head_in_cross_attention_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "ct2").exists()
 
 
-def test_the_default_recipe_with_width_query_norm_translates_as_we_do(small_data, tmp_path):
-    """A tiny model of recipes/multi30k/transformer.yaml (rope, QK-norm) with cross-attention's
-    queries normalised over the width: 20 dev sentences at beam 5 (and greedy), CTranslate2's
+def test_the_default_recipe_translates_as_we_do(small_data, tmp_path):
+    """A tiny model of recipes/multi30k/transformer.yaml (rope, QK-norm, cross-attention's
+    queries normalised over the width): 20 dev sentences at beam 5 (and greedy), CTranslate2's
     output equal to ours, and its log-probabilities within 1e-4 of ours."""
     from helpers.training import RECIPES, TINY_OVERRIDES, train_tiny
 
-    overrides = [*TINY_OVERRIDES, "model.cross_query_norm=width", "decode.beam=5"]
+    overrides = [*TINY_OVERRIDES, "decode.beam=5"]
     run = train_tiny(RECIPES / "transformer.yaml", overrides, small_data, 100, tmp_path / "run")
     loaded = load_checkpoint(run.run_dir)
-    assert (loaded.model.cfg.positions, loaded.model.cfg.qk_norm) == ("rope", True)
+    cfg = loaded.model.cfg
+    assert (cfg.positions, cfg.qk_norm, cfg.cross_query_norm) == ("rope", True, "width")
     out = export(run.run_dir, "ctranslate2", tmp_path / "ct2")
     translator = ctranslate2.Translator(str(out.out), "cpu", intra_threads=1)
     sources = [row["en"] for row in read_jsonl(small_data / "validation.jsonl", 20)]
