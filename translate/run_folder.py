@@ -166,6 +166,14 @@ def start_run(recipe: Recipe, run_dir: Path, overwrite: bool = False) -> str:
     return write_run_id(run_dir, uuid.uuid4().hex, recipe)
 
 
+def restate_recipe(run_dir: Path, recipe: Recipe, own: str) -> None:
+    """Write `recipe` as the run's recipe.yaml, and run.json sealing it, for a new run whose
+    recipe was settled after the folder was claimed (`train.size: auto`)."""
+    with atomic_write(run_dir / "recipe.yaml", "w") as f:
+        f.write(recipe_text(recipe, run_dir))
+    write_run_id(run_dir, own, recipe)
+
+
 def write_run_id(run_dir: Path, own: str, recipe: Recipe, adopted: bool = False) -> str:
     """Write run.json naming run `own` (with `adopted`, for a folder resumed with --adopt,
     which says so); returns `own`."""

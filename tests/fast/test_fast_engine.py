@@ -3,6 +3,7 @@
 import copy
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,8 +11,8 @@ import torch.nn.functional as F
 
 from helpers.models import untrained_model, with_weights
 from translate.checkpoint import load_checkpoint
-from translate.config import TrainConfig
-from translate.engine import FAST, PLAIN, fast_engine, resolve_engine
+from translate.config import TrainConfig, load_recipe
+from translate.engine import FAST, PLAIN, TEXTBOOK, fast_engine, resolve_engine
 from translate.fast import accelerate
 from translate.fast.attention import (FastMultiHeadAttention, explicit_attention,
                                       explicit_is_faster, rotate_complex, sdpa)
@@ -24,6 +25,7 @@ from translate.models.attention import MultiHeadAttention, padding_mask, rotate
 from translate.ready import Ready
 from translate.search import beam_search, greedy_search
 from translate.training.optim import make_optimizer
+from translate.training.sizes import ladder, sized
 
 V = 40
 TRANSFORMER = TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2,
@@ -179,6 +181,29 @@ def test_fast_training_step_equals_the_plain_one_with_each_model_option(options,
     model = build_model(replace(loaded.recipe.model, **options), loaded.tokenizer.src_vocab_size,
                         loaded.tokenizer.tgt_vocab_size, loaded.tokenizer.joint)
     assert_same_training_step(model, real_batch(loaded.tokenizer))
+
+
+DEFAULT_RECIPE = Path(__file__).resolve().parents[2] / "recipes/multi30k/transformer.yaml"
+SIZES = ladder(load_recipe(DEFAULT_RECIPE))  # the default recipe's recorded sizes
+
+
+@pytest.mark.parametrize("rung", SIZES, ids=[r.size for r in SIZES])
+def test_each_size_of_the_default_recipe_trains_alike_in_every_engine(rung, trained_run):
+    """One step on real text of the default recipe at each size of its ladder (`train.size`),
+    with the trained run's vocabulary, drawn afresh, without dropout: the fast engine's loss and gradients are
+    the plain engine's, and the textbook's."""
+    loaded = load_checkpoint(trained_run.run_dir)
+    recipe = sized(load_recipe(DEFAULT_RECIPE), rung)
+    torch.manual_seed(0)  # dropout off: the engines draw their masks differently
+    model = build_model(replace(recipe.model, dropout=0.0), loaded.tokenizer.src_vocab_size,
+                        loaded.tokenizer.tgt_vocab_size, loaded.tokenizer.joint)
+    batch = real_batch(loaded.tokenizer)
+    assert_same_training_step(model, batch)
+    textbook = training_step(TEXTBOOK, model, batch)
+    plain = training_step(PLAIN, model, batch)
+    torch.testing.assert_close(textbook[0], plain[0], atol=1e-4, rtol=1e-5)
+    for name, g in plain[2].items():
+        torch.testing.assert_close(textbook[2][name], g, atol=1e-5, rtol=1e-4, msg=name)
 
 
 @pytest.mark.parametrize("options", [{"positions": "rope"}, {"qk_norm": True},

@@ -1,10 +1,8 @@
-"""scripts/quickstart.py: what to expect from the chosen budget, read off the recipe's recorded
-curve, and after training a few test translations beside their references and what to try next."""
+"""scripts/quickstart.py: what to expect from the chosen budget (the run's own promise, from a
+recorded curve), and after training a few test translations beside their references and what to try next."""
 
 import importlib.util
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("quickstart", REPO / "scripts/quickstart.py")
@@ -12,19 +10,25 @@ quickstart = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(quickstart)
 
 
-def test_the_expectation_comes_from_the_recorded_curve():
-    curve = quickstart.recorded_curve()
-    assert curve[0] == (0.0, 0.0) and len(curve) >= 10 and curve[-1][0] > 55
-    minutes, bleu = curve[3]
-    assert quickstart.expected_bleu(minutes) == pytest.approx(bleu)
-    middle = (curve[3][0] + curve[4][0]) / 2
-    assert quickstart.expected_bleu(middle) == pytest.approx((curve[3][1] + curve[4][1]) / 2)
-    assert quickstart.expected_bleu(600) == curve[-1][1]
-    said = quickstart.expect(10)
-    assert f"expect a dev BLEU of about {quickstart.expected_bleu(10):.0f}" in said
-    assert "docs/runs/m30k-transformer-intel-bpe" in said
-    short = quickstart.expect(2)
-    assert "mostly untrained: expect a BLEU near 0" in short and "about" not in short
+def test_the_quickstart_sizes_its_model_and_each_size_has_its_curve():
+    """quickstart.sh trains the default recipe with train.size auto, whose ladder holds more than
+    one recorded size, each matching its own packaged curve, so the run says what its minutes
+    buy (tests/training/test_sizes.py and test_promise.py test the choice and the promise)."""
+    from translate.config import load_recipe
+    from translate.training.promise import find_curve
+    from translate.training.sizes import ladder, sized
+
+    assert "times a few steps of each size" in quickstart.expect(10)
+    script = (REPO / "scripts/quickstart.sh").read_text()
+    assert "recipes/multi30k/transformer.yaml" in script and "train.size=auto" in script
+    recipe = load_recipe(REPO / "recipes/multi30k/transformer.yaml",
+                         ["train.size=auto", "train.max_minutes=10", "train.eval_every_minutes=2"])
+    rungs = ladder(recipe)
+    assert len(rungs) >= 2 and rungs[-1].size == "base"
+    for rung in rungs:
+        curve, why = find_curve(sized(recipe, rung))
+        assert curve == rung, why
+    assert find_curve(load_recipe(REPO / "recipes/multi30k/transformer.yaml"))[0] == rungs[-1]
 
 
 def test_after_training_it_shows_translations_beside_references(trained_run, small_data,

@@ -119,6 +119,10 @@ class TrainConfig:
         "choices": TRAINING_PRECISIONS,
         "why_not": {"int8": "int8 is for decoding only: "
                             "translate decode/evaluate --precision int8"}})
+    # the model's size: "" as the recipe writes it; auto: of the recipe's ladder of recorded
+    # sizes, the one whose dev curve is highest at the step the budget reaches on this machine,
+    # timed before training (translate.training.sizes); a size's name: that size
+    size: str = ""
     max_steps: int = 0  # 0: no step limit
     max_epochs: int = 0  # 0: no epoch limit
     max_minutes: float = 0.0  # wall-clock budget for training; 0: none

@@ -16,6 +16,9 @@
     validation.py   dev loss and BLEU
     pick.py         train.pick: best.pt, or whichever of it and the last checkpoints' average dev prefers
     progress.py     TrainingBar: the progress bar, by steps or by the time budget
+    promise.py      what the budget buys at this machine's speed, read off a recorded curve
+    sizes.py        train.size: the recipe's ladder of recorded sizes; auto times each here
+    curves/         the recorded curves (scripts/record_curve.py), each recipe's and size's
     checkpoints.py  which checkpoint a run resumes from, and whether it may; the disk checked first
     seeds.py        train_seeds(): one recipe trained once per seed, a run folder each
 """

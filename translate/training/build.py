@@ -22,6 +22,7 @@ from translate.engine import Engine, engine_note, resolve_engine
 from translate.hardware import cpu_has_amx, keep_freed_memory, pick_device, resolve_precision
 from translate.metrics import MetricsLog
 from translate.models import build_model, count_parameters
+from translate.tokenizer import Tokenizer
 from translate.training.batch_loss import BatchLoss
 from translate.training.batches import train_batcher
 from translate.training.checkpoints import check_free_space, checkpoint_bytes
@@ -47,11 +48,9 @@ def build_trainer(recipe: Recipe, run_dir: Path, data: TrainingData, metrics: Me
     device = training_device(device)
     precision = set_up_device(recipe, device, world)
     seed_everything(cfg.seed)
-    engine = resolve_engine(engine_name(cfg), device)
     batcher = train_batcher(recipe, data.tokenizer, data.train, world)
-    model = build_model(recipe.model, data.tokenizer.src_vocab_size,
-                        data.tokenizer.tgt_vocab_size, data.tokenizer.joint)
-    model = engine.prepare(model.to(device))
+    engine, model, updater = build_model_and_updater(recipe, data.tokenizer, device, precision,
+                                                     world)
     if world.is_main:
         processes = f", {world.size} processes" if world.size > 1 else ""
         log.info("%s: %.2fM parameters, device %s, precision %s%s, %d CPU threads%s; the %s",
@@ -59,12 +58,23 @@ def build_trainer(recipe: Recipe, run_dir: Path, data: TrainingData, metrics: Me
                  step_note(cfg, device), torch.get_num_threads(), processes, engine_note(engine))
         if cfg.optimizer == "muon":
             log.info("%s", muon_note(model))
-    updater = build_updater(model, cfg, engine, device, precision, world)
     if world.is_main:
         check_free_space(run_dir, checkpoint_bytes(model, updater.ema is not None))
     validation = Validation(recipe, data.tokenizer, data.dev, device, precision, engine,
                             data.source)
     return Trainer(recipe, run_dir, metrics, data, batcher, updater, validation, progress, world)
+
+
+def build_model_and_updater(recipe: Recipe, tokenizer: Tokenizer, device: torch.device,
+                            precision: str, world: World = World()
+                            ) -> tuple[Engine, nn.Module, Updater]:
+    """The engine `recipe` trains with on `device`, its model (drawn from the current seed)
+    prepared by it, and the Updater around the model."""
+    engine = resolve_engine(engine_name(recipe.train), device)
+    model = build_model(recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size,
+                        tokenizer.joint)
+    model = engine.prepare(model.to(device))
+    return engine, model, build_updater(model, recipe.train, engine, device, precision, world)
 
 
 def training_device(name: Optional[str] = None) -> torch.device:

@@ -20,6 +20,7 @@ from translate.training.distributed import World, agree, any_rank, from_main_num
 from translate.training.optim import lr_scale, warmup_ended
 from translate.training.prepare import TrainingData
 from translate.training.progress import TrainingBar
+from translate.training.promise import PromiseWatch
 from translate.training.state import (TrainState, budget_used, out_of_budget, train_record,
                                       valid_record, validation_due)
 from translate.training.update import Updater
@@ -53,6 +54,7 @@ class Trainer:
         self.state = TrainState()
         self.last_eval_seconds = 0.0  # the last validation's, counted ahead against the budget
         self.run_id: str | None = None  # run.json's, written into every checkpoint
+        self.promise = PromiseWatch(recipe, world.is_main)  # what the budget buys, said once
         self.schedule(0.0)  # the first step's learning rates (a resumed run loads its own)
 
     def run(self) -> int:
@@ -78,8 +80,7 @@ class Trainer:
         return state.step
 
     def next_step(self, batches: TokenBatches) -> bool:
-        """Train on the epoch's next batch group, then log, validate and save as due; True when
-        a stopping rule fired."""
+        """Train on the next batch group; log, validate and save as due. True: a rule stops it."""
         cfg, state = self.cfg, self.state
         step_batches = cfg.accum_steps * self.world.size  # what one optimizer step consumes
         chosen = batches[state.position: state.position + step_batches]
@@ -97,6 +98,7 @@ class Trainer:
             return False
         self.bar.advance(state.step, state.elapsed)
         self.log_train(now - t0)
+        self.promise.after_step(state.step, state.elapsed, tokens, self.metrics)
         ahead = self.last_eval_seconds
         due, stop, used = from_main_numbers(
             [validation_due(cfg, state, now - self.last_eval), out_of_budget(cfg, state, ahead),
@@ -137,8 +139,7 @@ class Trainer:
             return
         record = train_record(state, self.updater.lr, self.world.size)  # the step's own rate
         self.metrics.write(record)
-        self.bar.show(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
-                      tok_s=f"{record['tok_per_s']:.0f}", ep=state.epoch)
+        self.bar.show_record(record, state.window, state.epoch)
         state.window = LogWindow()
 
     def validate(self) -> bool:
@@ -150,7 +151,7 @@ class Trainer:
         state = self.state
         losses, bleus = self.validation(self.updater.eval_model, state.best_bleu)
         bleu, probed = bleus["dev_bleu"], bleus.get("dev_bleu_sentences")
-        improved = bleu > state.best_bleu
+        improved, self.bar.dev = bleu > state.best_bleu, bleu
         self.metrics.write(valid_record(state, losses, bleus, improved))
         log.info("step %d: dev loss %.3f, dev BLEU %.2f%s%s, %.1f min", state.step,
                  losses["dev_loss"], bleu, f" (first {probed} sentences)" if probed else "",

@@ -23,6 +23,7 @@ class TrainingBar:
             self.bar = tqdm(total=cfg.max_steps or None, initial=step, disable=not enabled,
                             unit="step", dynamic_ncols=True, file=file)
         self.step = step
+        self.dev: float | None = None  # the last validation's dev BLEU, once there is one
 
     def advance(self, step: int, elapsed: float) -> None:
         """Training reached `step` after `elapsed` seconds of the run."""
@@ -36,5 +37,14 @@ class TrainingBar:
         """Figures after the bar (the step too, when the bar counts time)."""
         self.bar.set_postfix(**({"step": self.step} if self.by_time else {}), **figures)
 
+    def show_record(self, record: dict, window, epoch: int) -> None:
+        """After a train `record` of the steps in `window` (a LogWindow): the loss, the rate,
+        steps/s, target tokens/s, the last dev BLEU and the epoch."""
+        steps_s = len(window.losses) / max(window.seconds, 1e-9)
+        dev = {} if self.dev is None else {"dev": f"{self.dev:.1f}"}
+        self.show(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}", steps_s=f"{steps_s:.2f}",
+                  tok_s=f"{record['tok_per_s']:.0f}", **dev, ep=epoch)
+
     def close(self) -> None:
         self.bar.close()
+

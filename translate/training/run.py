@@ -16,13 +16,14 @@ from translate.data.read import load_split
 from translate.evaluation import evaluate_split
 from translate.metrics import MetricsLog
 from translate.ready import Ready
-from translate.run_folder import locked, owned_files, run_id, start_run
+from translate.run_folder import locked, owned_files, restate_recipe, run_id, start_run
 from translate.training.checkpoints import check_writable, resume_point
 from translate.training.distributed import World, join, together
 from translate.training.graphs import check_recipe
 from translate.training.build import build_trainer, training_device, training_precision
 from translate.training.loop import Interrupted, Trainer
 from translate.training.pick import pick_on_dev
+from translate.training.sizes import choose_size
 from translate.training.prepare import prepare_data
 from translate.training.validation import Validation
 from translate.utils import first_line
@@ -125,10 +126,18 @@ def _start(recipe: Recipe, run_dir: Path, device: Optional[str], progress: bool,
     cleanup.enter_context(_log_file(run_dir / "train.log", world.is_main))
     source = replace(recipe, data=replace(recipe.data, dataset=dataset)) if dataset else recipe
     data = prepare_data(source, run_dir, tokenizer, world, progress)
+    spent = 0.0
+    if recipe.train.size and not resume:  # a resumed run's recipe holds the size it chose
+        chosen = training_device(device)
+        recipe, spent = choose_size(recipe, data, chosen, training_precision(recipe.train, chosen),
+                                    world)
+        if world.is_main:
+            restate_recipe(run_dir, recipe, own_id)
     metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=world.is_main)
     cleanup.callback(metrics.close)
     trainer = build_trainer(recipe, run_dir, data, metrics, device, progress, world)
     trainer.run_id = own_id
+    trainer.state.elapsed = spent  # the sizes' timing counts against the budget
     if checkpoint is not None:
         _restore(trainer, path, checkpoint)
     return trainer
