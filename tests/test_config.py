@@ -1,4 +1,5 @@
 import pytest
+import torch
 from click.testing import CliRunner
 
 from translate.cli import main
@@ -122,3 +123,25 @@ def test_a_tokenizer_spec_giving_a_key_twice_is_refused_as_a_recipe_is(recipe_pa
     result = CliRunner().invoke(main, ["train", str(recipe), "--run-dir", str(tmp_path / "run")])
     assert (result.exit_code, result.output) == (1, f"Error: {says}\n")
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_each_runtime_table_has_exactly_the_recipes_names():
+    """The runtime's tables are keyed by the names the recipe takes (translate.config.names):
+    a name added on one side only would be a recipe value that fails at run time."""
+    from dataclasses import fields
+
+    from translate.config import names
+    from translate.config.models import TransformerConfig
+    from translate.engine import ENGINES
+    from translate.hardware import resolve_precision
+    from translate.models.transformer import ACTIVATIONS, NORMS
+
+    assert tuple(ENGINES) == names.ENGINES
+    assert tuple(ACTIVATIONS) == names.ACTIVATIONS and set(names.GATED) <= set(ACTIVATIONS)
+    assert tuple(NORMS) == names.NORMS
+    choices = {f.name: f.metadata.get("choices") for f in fields(TransformerConfig)}
+    assert (choices["activation"], choices["norm"], choices["cross_query_norm"]) == (
+        names.ACTIVATIONS, names.NORMS, names.QUERY_NORMS)
+    assert resolve_precision("fp32", torch.device("cpu")) == "fp32"
+    with pytest.raises(ValueError, match="valid: " + ", ".join(names.PRECISIONS)):
+        resolve_precision("fp8", torch.device("cpu"))

@@ -118,8 +118,7 @@ def test_the_names_each_list_is_written_once():
 
     from translate.cli_options import engine_option, precision_option
     from translate.config import TrainConfig
-    from translate.engine import ENGINE_NAMES
-    from translate.hardware import PRECISIONS, TRAINING_PRECISIONS
+    from translate.config.names import ENGINE_NAMES, PRECISIONS, TRAINING_PRECISIONS
 
     choices = {f.name: f.metadata.get("choices") for f in fields(TrainConfig)}
     assert choices["engine"] is ENGINE_NAMES and choices["precision"] is TRAINING_PRECISIONS

@@ -9,8 +9,7 @@ import math
 
 import click
 
-from translate.engine import ENGINE_NAMES
-from translate.hardware import PRECISIONS
+from translate.config.names import ENGINE_NAMES, PRECISIONS
 
 device_option = click.option("--device", default=None,
                              help="cpu, cuda, cuda:1, mps (default: the best available).")

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from translate import fast, gpu, loss, search
+from translate.config.names import ENGINE_NAMES
 from translate.models.attention import MultiHeadAttention
 
 @dataclass(frozen=True)
@@ -70,10 +71,10 @@ TEXTBOOK = Engine("textbook", write_out_attention, loss.label_smoothed_cross_ent
 
 quantize_int8 = fast.quantize_int8  # decoding's --precision int8: the fast engine's linears
 
-# The engines by name, written once: the recipe's train.engine, the --engine option and the
-# errors read them. `auto` picks one for the device (`resolve_engine`).
+# The engines by the names a recipe gives (translate.config.names.ENGINES, which the recipe's
+# train.engine, the --engine option and the errors read). `auto` picks one for the device
+# (`resolve_engine`).
 ENGINES = {"fast": FAST, "plain": PLAIN, "gpu": GPU, "textbook": TEXTBOOK}
-ENGINE_NAMES = ("auto", *ENGINES)
 
 
 def resolve_engine(name: str, device: torch.device) -> Engine:

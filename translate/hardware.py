@@ -7,8 +7,8 @@
     cpu_*                the CPU's features (AMX, AVX512-BF16, vendor), which `auto` reads
     keep_freed_memory    glibc keeps freed memory for reuse (`train.keep_freed_memory`)
 
-The precision names are written here once; the recipe's `train.precision`, the `--precision`
-option and the error messages read them. Decoding resolves them in `translate.ready`, training
+The precision names are the recipe's (translate.config.names); the recipe's `train.precision`,
+the `--precision` option and the error messages read them. Decoding resolves them in `translate.ready`, training
 in `translate.training.build`.
 """
 
@@ -22,13 +22,8 @@ from typing import Optional
 
 import torch
 
-# The autocast precisions a model runs in; fp16 on CUDA only, with a grad scaler in training.
-RUN_PRECISIONS = ("fp32", "bf16", "fp16")
-# What a recipe's train.precision takes: `auto` picks one of RUN_PRECISIONS for the device.
-TRAINING_PRECISIONS = ("auto", *RUN_PRECISIONS)
-# What decoding takes (--precision, precision=): int8 quantizes the linear layers dynamically and
-# runs them on the CPU in fp32 (translate.fast.quantize).
-PRECISIONS = (*TRAINING_PRECISIONS, "int8")
+from translate.config.names import PRECISIONS
+
 
 
 def pick_device(name: str | None = None, precision: str | None = None,

@@ -27,8 +27,9 @@ from torch import nn
 
 from translate.checkpoint import load_checkpoint
 from translate.config import Recipe
+from translate.config.names import RUN_PRECISIONS
 from translate.engine import PLAIN, Engine, engine_note, quantize_int8, resolve_engine
-from translate.hardware import RUN_PRECISIONS, autocast, pick_device, resolve_precision
+from translate.hardware import autocast, pick_device, resolve_precision
 from translate.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)

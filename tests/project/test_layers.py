@@ -130,3 +130,48 @@ def test_no_module_imports_one_that_imports_it_back():
 def test_an_import_circle_is_found(package_copy, module, statement, circle):
     add_import(package_copy / "translate" / module, statement)
     assert circle in import_circles(package_copy)
+
+
+# What the recipe (translate.config) may import: itself and the floor of plain helpers below it.
+RECIPE_MAY_IMPORT = ("translate.config", "translate.yaml_limits", "translate.paths")
+RECIPE_IMPORTS = """
+import grimp
+graph = grimp.build_graph("translate", cache_dir=None)
+for module in sorted(m for m in graph.modules if m.startswith("translate.config")):
+    for imported in sorted(graph.find_modules_directly_imported_by(module)):
+        if imported.startswith("translate"):
+            print(module, imported)
+"""
+
+
+def recipe_imports(root: Path) -> list[tuple[str, str]]:
+    """(recipe module, module of `translate` it imports) for every such import in `root`."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    result = subprocess.run([sys.executable, "-c", RECIPE_IMPORTS], cwd=root, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return [tuple(line.split()) for line in result.stdout.splitlines()]
+
+
+def runtime_imports(root: Path) -> list[tuple[str, str]]:
+    return [(module, imported) for module, imported in recipe_imports(root)
+            if not imported.startswith(RECIPE_MAY_IMPORT)]
+
+
+def test_the_recipe_imports_no_runtime_module():
+    """The engines', precisions' and activations' names live in translate.config.names and the
+    model configs in translate.config.models: the runtime imports the recipe, never back."""
+    imports = recipe_imports(REPO)
+    assert ("translate.config.schema", "translate.config.names") in imports
+    assert runtime_imports(REPO) == []
+
+
+@pytest.mark.parametrize("module, statement", [
+    ("config/schema.py", "from translate.engine import ENGINES"),
+    ("config/models.py", "from translate.models.transformer import ACTIVATIONS"),
+    ("config/loader.py", "import translate.hardware"),
+])
+def test_a_recipe_module_importing_a_runtime_one_is_found(package_copy, module, statement):
+    add_import(package_copy / "translate" / module, statement)
+    importer = ".".join(("translate", *Path(module).with_suffix("").parts))
+    assert [m for m, _ in runtime_imports(package_copy)] == [importer]

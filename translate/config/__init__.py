@@ -4,7 +4,7 @@ A recipe has five sections, each a dataclass in `schema.py`:
 
     data:       where the parallel text comes from and how it is filtered
     tokenizer:  the SentencePiece spec (a path into tokenizers/ or inline keys)
-    model:      the architecture (`arch` picks the model and its config from translate.models)
+    model:      the architecture (`arch` picks its config in models.py)
     train:      optimisation, batching, validation and stopping
     decode:     search settings for `translate decode`, `evaluate`, `compare`, the API, the
                 server and the test splits' decode when training ends (validation has its own
@@ -13,6 +13,9 @@ A recipe has five sections, each a dataclass in `schema.py`:
 An unknown key anywhere is an error that names the file and lists the valid keys.
 
     schema.py   the sections, each field's range in its metadata
+    models.py   the model section: one config per architecture, with its parameter count
+    names.py    the words for the runtime's choices (engines, precisions, activations, norms),
+                which the runtime modules import from here: the recipe imports none of them
     checks.py   a section built from plain values: keys, types, ranges, rules across fields
     loader.py   YAML read safely, overrides applied, recipes saved by older runs upgraded, a
                 saved recipe's data folder written relative to where it is saved and read back

@@ -18,7 +18,7 @@ import yaml
 from translate import yaml_limits
 from translate.config.checks import ConfigError, build_section
 from translate.config.schema import SECTIONS, DecodeConfig, Recipe, TokenizerConfig
-from translate.models import MODELS
+from translate.config.models import MODEL_CONFIGS
 from translate.paths import is_relative, path_from, readable
 
 # Where a tokenizer spec named by a relative path is looked for last: the project's root.
@@ -111,9 +111,9 @@ def recipe_from_dict(raw: dict, where: str = "recipe", base_dir: Path | None = N
         sections[name] = build_section(cls, values, f"{where}: {name}")
     model_raw = dict(_section(raw, "model", where))
     arch = model_raw.get("arch", "transformer")
-    if not isinstance(arch, str) or arch not in MODELS:
-        raise ConfigError(f"{where}: model.arch {arch!r} is unknown; valid: {sorted(MODELS)}")
-    sections["model"] = build_section(MODELS[arch].config, model_raw, f"{where}: model")
+    if not isinstance(arch, str) or arch not in MODEL_CONFIGS:
+        raise ConfigError(f"{where}: model.arch {arch!r} is unknown; valid: {sorted(MODEL_CONFIGS)}")
+    sections["model"] = build_section(MODEL_CONFIGS[arch], model_raw, f"{where}: model")
     return Recipe(**sections)
 
 

@@ -20,9 +20,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from translate.engine import ENGINE_NAMES
-from translate.hardware import TRAINING_PRECISIONS
-from translate.models import MODELS
+from translate.config.models import TransformerConfig
+from translate.config.names import ENGINE_NAMES, TRAINING_PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -191,7 +190,7 @@ class DecodeConfig:
 class Recipe:
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    model: Any = field(default_factory=lambda: MODELS["transformer"].config())
+    model: Any = field(default_factory=TransformerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 

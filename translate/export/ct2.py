@@ -51,9 +51,9 @@ import torch
 from torch import nn
 
 from translate.config import DecodeConfig
+from translate.config.names import GATED
 from translate.data.batch import pad
 from translate.export.peer import ExportError, transformer_only
-from translate.models.transformer import GATED
 from translate.search import output_limits
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD

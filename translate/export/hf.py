@@ -35,10 +35,11 @@ import torch
 from torch import nn
 
 from translate.config import Recipe
+from translate.config.names import GATED
 # check_exported is this module's too: what callers of an hf export run before loading it
 from translate.export.hf_folder import check_exported, seal, write_card, write_code  # noqa: F401
 from translate.export.peer import ExportError, transformer_only
-from translate.models.transformer import GATED, Transformer
+from translate.models.transformer import Transformer
 from translate.tokenizer import Tokenizer
 from translate.tokens import BOS, EOS, PAD, SPECIAL_IDS
 

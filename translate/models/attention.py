@@ -55,12 +55,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from translate.config.names import QUERY_NORMS  # what qk_norm normalises a query over
 from translate.tokens import PAD
 
 ENCODER_SELF = "encoder self-attention"
 DECODER_SELF = "decoder self-attention"
 CROSS = "cross-attention"
-QUERY_NORMS = ("head", "width")  # what qk_norm normalises a query over (`MultiHeadAttention`)
 
 
 def padding_mask(ids: torch.Tensor, pad: int = PAD) -> torch.Tensor:

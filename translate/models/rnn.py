@@ -14,53 +14,17 @@ direction, Hd decoder width, A attention width, V vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from translate.config.models import RNNConfig
 from translate.tokens import PAD
 
 ADDITIVE = "additive attention"
-
-
-@dataclass(frozen=True)
-class RNNConfig:
-    # The metadata are the values a recipe may give (translate.config.schema says the keys).
-    arch: str = "rnn"
-    # in the encoder and the decoder
-    cell: str = field(default="gru", metadata={"choices": ("gru", "lstm")})
-    # E; also the maxout output's width, so the output layer can be tied
-    embed_dim: int = field(default=256, metadata={"min": 1, "max": 65_536})
-    # per direction: annotations are 2x this wide
-    encoder_hidden: int = field(default=256, metadata={"min": 1, "max": 65_536})
-    encoder_layers: int = field(default=1, metadata={"min": 1, "max": 1000})
-    decoder_hidden: int = field(default=512, metadata={"min": 1, "max": 65_536})
-    # width of the additive scorer's hidden layer
-    attn_dim: int = field(default=512, metadata={"min": 1, "max": 65_536})
-    # on embeddings, annotations and the output layers
-    dropout: float = field(default=0.3, metadata={"below": 1})
-    # longest source or output decoded (no position table)
-    max_positions: int = field(default=1024, metadata={"min": 1, "max": 1 << 20})
-    tie_embeddings: bool = True  # target embedding = output projection (+ source when joint)
-
-    def parameter_count(self, src_vocab: int, tgt_vocab: int, shared_vocab: bool = False) -> int:
-        """The parameters `RNNSeq2Seq(self, src_vocab, tgt_vocab, shared_vocab)` has, each tied
-        tensor once, counted from the config alone (nothing is built)."""
-        E, He, Hd, A = self.embed_dim, self.encoder_hidden, self.decoder_hidden, self.attn_dim
-        gates = 3 if self.cell == "gru" else 4
-        # per layer and direction: input and hidden weights, two biases; layer 2 on reads 2He
-        encoder = sum(2 * gates * He * ((E if layer == 0 else 2 * He) + He + 2)
-                      for layer in range(self.encoder_layers))
-        init = He * Hd + Hd
-        attention = Hd * A + 2 * He * A + A + A  # W, U and its bias, v
-        cell = gates * Hd * (E + 2 * He + Hd + 2)
-        deep_output = (Hd + E + 2 * He) * 2 * E + 2 * E
-        src = 0 if self.tie_embeddings and shared_vocab else src_vocab * E
-        output = 0 if self.tie_embeddings else E * tgt_vocab
-        return tgt_vocab * E + src + encoder + init + attention + cell + deep_output + output
 
 
 class AdditiveAttention(nn.Module):

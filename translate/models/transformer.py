@@ -32,14 +32,16 @@ Shapes: B batch, S source length, T target length, D d_model, V vocabulary.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from translate.models.attention import (CROSS, DECODER_SELF, ENCODER_SELF, QUERY_NORMS,
-                                        KVCache, MultiHeadAttention, padding_mask)
+from translate.config.models import TransformerConfig
+from translate.config.names import GATED
+from translate.models.attention import (CROSS, DECODER_SELF, ENCODER_SELF, KVCache,
+                                        MultiHeadAttention, padding_mask)
 from translate.tokens import PAD
 
 
@@ -48,70 +50,15 @@ def relu_squared(x: torch.Tensor) -> torch.Tensor:
     return F.relu(x).square()
 
 
-# The feed-forward network's activations. A gated one (GATED) multiplies the activation of one
-# projection of the input by a second projection: swiglu is SiLU, x * sigmoid(x), gated.
+# The feed-forward network's activations, by the names a recipe gives (translate.config.names).
+# A gated one (GATED) multiplies the activation of one projection of the input by a second
+# projection: swiglu is SiLU, x * sigmoid(x), gated. The model's config, TransformerConfig, is
+# the recipe's model section (translate.config.models).
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "relu2": relu_squared, "swiglu": F.silu}
-GATED = ("swiglu",)
 # The block and final norms: both divide each position's vector by its spread and scale it;
 # LayerNorm first subtracts its mean and adds a learned shift, RMSNorm does neither.
 NORMS = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}
 NORM_EPS = 1e-5  # both norms': LayerNorm's default (RMSNorm's follows the dtype)
-
-
-@dataclass(frozen=True)
-class TransformerConfig:
-    # The metadata are the values a recipe may give (translate.config.schema says the keys).
-    arch: str = "transformer"
-    d_model: int = field(default=256, metadata={"min": 1, "max": 65_536})
-    heads: int = field(default=4, metadata={"min": 1, "max": 1024})
-    ffn_dim: int = field(default=1024, metadata={"min": 1, "max": 1 << 20})
-    encoder_layers: int = field(default=3, metadata={"min": 1, "max": 1000})
-    decoder_layers: int = field(default=3, metadata={"min": 1, "max": 1000})
-    # on embeddings and every sublayer's output
-    dropout: float = field(default=0.1, metadata={"below": 1})
-    attn_dropout: float = field(default=0.0, metadata={"below": 1})  # on attention weights
-    # on the FFN hidden layer
-    activation_dropout: float = field(default=0.0, metadata={"below": 1})
-    # the FFN's; swiglu is gated, with a hidden width of about 2/3 ffn_dim (`ffn_hidden`)
-    activation: str = field(default="relu", metadata={"choices": tuple(ACTIVATIONS)})
-    # every block's norms and the final ones
-    norm: str = field(default="layernorm", metadata={"choices": tuple(NORMS)})
-    # added to the embeddings (sinusoidal, learned), or rope: self-attention's Q, K rotated
-    positions: str = field(default="sinusoidal", metadata={
-        "choices": ("sinusoidal", "learned", "rope"),
-        "why_not": {"rotary": "rotary position embeddings are rope"}})
-    max_positions: int = field(default=1024, metadata={"min": 1, "max": 1 << 20})
-    qkv_bias: bool = True
-    qk_norm: bool = False  # RMSNorm of each head's queries and keys before the scores
-    # with qk_norm: cross-attention's queries normalised per head, or over the width D
-    cross_query_norm: str = field(default="head", metadata={"choices": QUERY_NORMS})
-    tie_embeddings: bool = True  # source, target and output share weights (joint vocab only)
-
-    def parameter_count(self, src_vocab: int, tgt_vocab: int, shared_vocab: bool = False) -> int:
-        """The parameters `Transformer(self, src_vocab, tgt_vocab, shared_vocab)` has, each
-        tied tensor once, counted from the config alone (nothing is built)."""
-        D, Dff, P = self.d_model, self.ffn_hidden(), self.max_positions
-        attention = 4 * D * D + D + (3 * D if self.qkv_bias else 0)  # Q, K, V, out
-        attention += 2 * (D // self.heads) if self.qk_norm else 0  # Q's and K's norm scales
-        wide = self.qk_norm and self.cross_query_norm == "width"
-        cross = attention + (D - D // self.heads if wide else 0)  # a D-wide Q norm scale
-        inputs = 2 if self.activation in GATED else 1  # projections of the input: W1 (, W3)
-        ffn = inputs * (D * Dff + Dff) + Dff * D + D
-        norm = 2 * D if self.norm == "layernorm" else D  # a weight and a bias, or a weight
-        encoder = self.encoder_layers * (attention + ffn + 2 * norm)
-        decoder = self.decoder_layers * (attention + cross + ffn + 3 * norm)
-        src = 0 if self.tie_embeddings and shared_vocab else src_vocab * D
-        positions = 2 * P * D if self.positions == "learned" else 0  # one table per side
-        output = 0 if self.tie_embeddings else D * tgt_vocab
-        return tgt_vocab * D + src + positions + encoder + decoder + 2 * norm + output
-
-    def ffn_hidden(self) -> int:
-        """The feed-forward network's hidden width: ffn_dim, or for a gated network, whose
-        three matrices would hold 1.5 times the plain two's parameters at that width, about
-        2/3 of it, to a multiple of 8."""
-        if self.activation not in GATED:
-            return self.ffn_dim
-        return max(8, 8 * round(self.ffn_dim * 2 / 3 / 8))
 
 
 @dataclass
