@@ -35,7 +35,7 @@ def main() -> None:
 
     from translate.checkpoint import load_checkpoint
     from translate.serve import ServeConfig
-    from translate.serve.server import ServerProcess
+    from translate.serve.process import ServerProcess
     from translate.hardware import cpu_name
 
     limit = ServeConfig().max_attention_pieces

@@ -84,7 +84,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     from translate.config import DataConfig
     from translate.data.read import load_split
-    from translate.serve.server import running
+    from translate.serve.process import running
     from translate.hardware import cpu_name
 
     src, _ = load_split(DataConfig(dataset=args.data), args.split)

@@ -164,7 +164,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     from translate.config import DataConfig
     from translate.data.read import load_split
-    from translate.serve.server import running
+    from translate.serve.process import running
 
     sentences = [s for s in load_split(DataConfig(dataset=args.data), args.split)[0] if s.strip()]
     big = sorted(sentences, key=len, reverse=True)[: args.big]

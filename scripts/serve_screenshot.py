@@ -147,7 +147,7 @@ def main() -> None:
     if reason := missing():
         sys.exit(f"Error: cannot drive a browser, missing: {reason}")
     sys.path.insert(0, str(ROOT))
-    from translate.serve.server import running
+    from translate.serve.process import running
 
     output = Path(args.output)
     with running(args.run, "--device", args.device) as url:

@@ -1,5 +1,5 @@
 """Word alignments from attention: pieces merged to words, links read from the strongest
-attention, AER as Och and Ney define it, gold files read strictly; end to end, a model trained
+attention (the gold files and AER: tests/analysis/test_gold.py); end to end, a model trained
 on the toy reverse task aligns its words as the task says, and decoding returns valid links on
 every surface, equal across engines."""
 
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from helpers.files import read_jsonl
-from translate.alignment import (Gold, Reading, Words, align, alignment_error, diagonal_links,
-                                 output_words, pharaoh, read_gold, text_words, word_count,
-                                 word_index, word_links)
+from translate.alignment import (Reading, Words, align, output_words, pharaoh, text_words,
+                                 word_count, word_index, word_links)
+from translate.analysis.gold import Gold, alignment_error, diagonal_links
 from translate.api import Translator
 from translate.config import decode_options
 from translate.inference import decode_sentences
@@ -116,59 +116,6 @@ def test_each_source_word_links_to_the_output_word_whose_pieces_attend_to_it_mos
     assert word_links(torch.ones(1, 1), src[-1:], [], False, "source") == []  # nothing to link
     with pytest.raises(ValueError, match="each must be one of source, output, not 'both'"):
         Reading(each="both")
-
-
-def test_aer_precision_and_recall_are_och_and_neys():
-    gold = [Gold(frozenset({(0, 0), (1, 1)}), frozenset({(0, 0), (1, 1), (1, 2)})),
-            Gold(frozenset({(0, 0)}), frozenset({(0, 0)}))]
-    perfect = alignment_error([[(0, 0), (1, 1)], [(0, 0)]], gold)
-    assert (perfect.aer, perfect.precision, perfect.recall) == (0.0, 100.0, 100.0)
-    # A = {00, 12, 21} + {00}: A&S = 2, A&P = 3, |A| = 4, |S| = 3
-    scores = alignment_error([[(0, 0), (1, 2), (2, 1)], [(0, 0)]], gold)
-    assert scores.aer == pytest.approx(100 * (1 - 5 / 7))
-    assert scores.precision == pytest.approx(75.0) and scores.recall == pytest.approx(200 / 3)
-    assert (scores.predicted, scores.sure) == (4, 3)
-    with pytest.raises(ValueError, match="2 aligned sentences against 1 gold"):
-        alignment_error([[], []], gold[:1])
-
-
-def test_the_diagonal_baseline_links_each_output_word_to_the_same_relative_place():
-    assert diagonal_links(3, 3) == [(0, 0), (1, 1), (2, 2)]
-    assert diagonal_links(5, 3) == [(0, 0), (2, 1), (4, 2)]
-    assert diagonal_links(2, 1) == [(0, 0)] and diagonal_links(0, 4) == []
-
-
-def test_gold_files_read_in_both_formats_and_the_shipped_set_fits_its_sentences(tmp_path):
-    (tmp_path / "g.pharaoh").write_text("0-0 1p2 1-1\n\n", encoding="utf-8")
-    (tmp_path / "g.talp").write_text("1-1 2p3 2-2\n\n", encoding="utf-8")
-    for name, fmt in (("g.pharaoh", "pharaoh"), ("g.talp", "talp")):
-        first, empty = read_gold(tmp_path / name, fmt, [(2, 3), (1, 1)])
-        assert first.sure == {(0, 0), (1, 1)} and first.possible == {(0, 0), (1, 1), (1, 2)}
-        assert empty.sure == empty.possible == frozenset()
-    for part, pairs in (("dev", 50), ("test", 100)):
-        en = (GOLD / f"{part}.en").read_text(encoding="utf-8").splitlines()
-        de = (GOLD / f"{part}.de").read_text(encoding="utf-8").splitlines()
-        gold = read_gold(GOLD / f"{part}.links", "pharaoh",
-                         [(len(e.split()), len(d.split())) for e, d in zip(en, de)])
-        assert len(gold) == len(en) == len(de) == pairs
-        # every pair has links, and most words a sure one
-        assert all(g.sure for g in gold)
-        words = sum(len(d.split()) for d in de)
-        assert sum(len({j for _, j in g.sure}) for g in gold) > 0.85 * words
-
-
-def test_the_gold_sets_sentences_are_the_dev_splits_rows_it_names(small_data):
-    """The shipped pairs are Multi30k dev rows (`PART.rows`); the sample's validation split is
-    its first 100 rows, so the dev part's first rows can be checked here."""
-    rows = read_jsonl(small_data / "validation.jsonl")
-    en = (GOLD / "dev.en").read_text(encoding="utf-8").splitlines()
-    de = (GOLD / "dev.de").read_text(encoding="utf-8").splitlines()
-    numbers = [int(n) for n in (GOLD / "dev.rows").read_text().split()]
-    assert numbers == list(range(0, 300, 6))
-    checked = [i for i, n in enumerate(numbers) if n < len(rows)]
-    assert len(checked) >= 10
-    for i in checked:
-        assert (en[i], de[i]) == (rows[numbers[i]]["en"], rows[numbers[i]]["de"])
 
 
 @pytest.fixture(scope="module")

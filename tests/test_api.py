@@ -92,3 +92,28 @@ def test_a_missing_checkpoint_is_one_clear_error(tmp_path):
 
     with pytest.raises(CheckpointError, match="checkpoint not found"):
         Translator.load(tmp_path / "nothing.pt")
+
+
+def test_the_default_beam_is_the_recipes(translator, monkeypatch):
+    """A WMT14 model decodes at its recipe's beam 4, a Multi30k one at 5, unless asked."""
+    from dataclasses import replace
+
+    import translate.api
+    from translate import Translator
+
+    beams = []
+    real = translate.api.decode_sentences
+
+    def spy(ready, sentences, cfg, **options):
+        beams.append(cfg.beam)
+        return real(ready, sentences, cfg, **options)
+
+    monkeypatch.setattr(translate.api, "decode_sentences", spy)
+    recipe = translator.recipe
+    four = Translator(replace(translator.ready, recipe=replace(
+        recipe, decode=replace(recipe.decode, beam=4))))
+    translator.translate("A dog runs.")
+    four.translate("A dog runs.")
+    four.translate("A dog runs.", beam=2)
+    assert beams == [recipe.decode.beam, 4, 2]
+    assert four.decode_config().beam == 4

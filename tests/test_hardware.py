@@ -110,3 +110,14 @@ def test_a_run_whose_test_decode_takes_another_precision_says_so(monkeypatch, re
                    small_data, 3, tmp_path / "run")
     assert ("test decode in bf16, training ran in fp32: precision auto picks each on its own "
             "(here bf16 decodes faster); --precision fp32 decodes as trained") in caplog.text
+
+
+def test_the_ram_guard_refuses_weights_larger_than_the_machines_memory():
+    from translate.hardware import ModelTooLarge, check_fits_in_memory, physical_memory
+
+    memory = physical_memory()
+    assert memory > 2**30  # every machine this runs on has a GiB
+    check_fits_in_memory(memory // 2, "half of it")  # nothing raised
+    with pytest.raises(ModelTooLarge, match=r"^too much, \d+ GiB of weights; this machine has "
+                                            r"\d+ GiB of memory: make it smaller$"):
+        check_fits_in_memory(memory + 1, "too much")

@@ -8,44 +8,47 @@ The package, a line a file or subpackage, each layer above the ones it may impor
     cli.py           the `translate` command: each command parses, then calls one function
     cli_errors.py    how a command fails: one `Error:` line, once across torchrun's ranks
     cli_options.py   options several commands share, and parameter types
-    serve/           `translate serve`: the server, its batcher and its page
+    serve/           `translate serve`: the server, its batcher, its page, and the command run
+                     in a subprocess
     api.py           the Python API: `Translator`, a trained model loaded once
     toy.py           copy and reverse: toy tasks whose right attention is known, trained in a
                      minute
-    analysis/        comparison reports, attention maps, beam sweeps, time to quality, figures
+    analysis/        comparison reports, attention maps, beam sweeps, time to quality, figures,
+                     gold alignments and AER
     training/        `train()`: a recipe in, a run folder out
-    export/          `translate export`: inference, CTranslate2 and transformers folders
-    averaging.py     `translate average`: the mean of a run's last step checkpoints
     evaluation.py    decode a split and score it, written once for every caller
     decode_io.py     `translate decode`'s input and output: lines in, translations out
-    run_folder.py    a run folder's identity (run.json), claiming it, its lock
     inference.py     raw sentences in, translations out: batched, n-best with scores
-    markup.py        inline tags kept through translation, carried by the word alignment
     ready.py         a model made ready to decode: its device, precision and engine, set once
-    alignment.py     word alignments read from attention, gold files, AER
+    averaging.py     `translate average`: the mean of a run's last step checkpoints
+    markup.py        inline tags kept through translation, carried by the word alignment
+    engine.py        the engines (textbook, plain, fast, gpu), applied once where a run is set up
+    run_folder.py    a run folder's identity (run.json), claiming it, its lock
+    alignment.py     word alignments read from attention
+    export/          `translate export`: inference, CTranslate2 and transformers folders
+    gpu/             the gpu engine's searches and the chunked loss
     checkpoint.py    self-describing checkpoints, and the model built from one
-    scoring.py       sacreBLEU and chrF with signatures, legacy BLEU, paired bootstrap
-    metrics.py       the run's metrics log (metrics.jsonl), mirrored to TensorBoard
+    data/            the data path, a module a step: read, clean, encode, cache, batch
+    fast/            the fast engine: the CPU speed work, applied to a built model
+    search.py        greedy and beam search over any model of the seq2seq interface
+    tokenizer.py     SentencePiece: train on the training split, save, encode
     locate.py        what a model path is (run, checkpoint, export) and its files, which no
                      output may be
-    data/            the data path, a module a step: read, clean, encode, cache, batch
-    tokenizer.py     SentencePiece: train on the training split, save, encode
-    model_folder.py  the exported model folder, read as a checkpoint
-    config/          recipes: frozen dataclasses loaded strictly from YAML
-    engine.py        the engines (textbook, plain, fast, gpu), applied once where a run is set up
-    fast/            the fast engine: the CPU speed work, applied to a built model
-    gpu/             the gpu engine's searches and the chunked loss
-    search.py        greedy and beam search over any model of the seq2seq interface
-    loss.py          label-smoothed cross-entropy
     models/          the textbook: attention, the Transformer, the RNN, their interface
+    metrics.py       the run's metrics log (metrics.jsonl), mirrored to TensorBoard
+    model_folder.py  the exported model folder, read as a checkpoint
+    hardware.py      the machine: the device, the precisions, what the CPU offers, the RAM guard
+    config/          recipes: frozen dataclasses loaded strictly from YAML, and the names of
+                     the runtime's choices (engines, precisions, activations) they take
     tokens.py        the special token ids
-    allocator.py     `translate train` under jemalloc (or tcmalloc) where the system has one
     utils.py         small helpers: logging, seeding and random states, stop signals, atomic
                      writes
-    hardware.py      the machine: the device, the precisions, what the CPU offers
     yaml_limits.py   YAML read with bounded work
     paths.py         data paths written relative to a folder and read back from it
     files.py         files opened only when they are what they should be, compared by identity
+    allocator.py     `translate train` under jemalloc (or tcmalloc) where the system has one
+    loss.py          label-smoothed cross-entropy
+    scoring.py       sacreBLEU and chrF with signatures, legacy BLEU, paired bootstrap
 
 The names below load on first use, so that importing one light module (as the encoding worker
 processes do with `translate.data.encode`) does not import torch and the models.

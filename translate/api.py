@@ -6,8 +6,8 @@
     translator.translate(["A man is riding a bike."])      # ['Ein Mann fährt Fahrrad.']
     translator.translate("Two dogs play.", nbest=3, return_scores=True)
 
-`translate` decodes as `translate decode` does (batched by length, input order kept, beam 5 by
-default); `attention` returns every attention module's weights for one sentence (on its greedy
+`translate` decodes as `translate decode` does (batched by length, input order kept, the
+recipe's `decode.beam` by default); `attention` returns every attention module's weights for one sentence (on its greedy
 translation or one given) with their roles and token labels; `score` is the BLEU/chrF the
 toolkit reports everywhere.
 
@@ -104,9 +104,12 @@ class Translator:
     def arch(self) -> str:
         return self.recipe.model.arch
 
-    def decode_config(self, beam: int = 5, nbest: int = 1, lenpen: float | None = None,
-                      max_tokens: int | None = None) -> DecodeConfig:
-        """The recipe's decoding settings with these changes, checked."""
+    def decode_config(self, beam: int | None = None, nbest: int = 1,
+                      lenpen: float | None = None, max_tokens: int | None = None
+                      ) -> DecodeConfig:
+        """The recipe's decoding settings (`decode.beam` unless `beam`) with these changes,
+        checked."""
+        beam = self.recipe.decode.beam if beam is None else beam
         if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
             raise ValueError(f"beam must be a positive integer, got {beam!r}")
         if isinstance(nbest, bool) or not isinstance(nbest, int) or not 1 <= nbest <= beam:
@@ -119,18 +122,19 @@ class Translator:
                               max_tokens=max_tokens)
 
     @overload
-    def translate(self, texts: str, beam: int = ..., nbest: int = ...,
+    def translate(self, texts: str, beam: int | None = ..., nbest: int = ...,
                   return_scores: bool = ..., lenpen: float | None = ...,
                   return_alignments: bool = ...) -> Output: ...
 
     @overload
-    def translate(self, texts: Sequence[str], beam: int = ..., nbest: int = ...,
+    def translate(self, texts: Sequence[str], beam: int | None = ..., nbest: int = ...,
                   return_scores: bool = ..., lenpen: float | None = ...,
                   return_alignments: bool = ...) -> list[Output]: ...
 
-    def translate(self, texts, beam=5, nbest=1, return_scores=False, lenpen=None,
+    def translate(self, texts, beam=None, nbest=1, return_scores=False, lenpen=None,
                   return_alignments=False):
-        """Translate one sentence or a list of them (output i for input i).
+        """Translate one sentence or a list of them (output i for input i), at the recipe's
+        beam (`decode.beam`: 5 for Multi30k, 4 for WMT14) unless `beam` says otherwise.
 
         Each output is the best translation's text; with nbest > 1 a list of the `nbest` best,
         best first; with return_scores or return_alignments, `Translation`s (text, score =

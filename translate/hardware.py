@@ -6,10 +6,11 @@
     autocast             the autocast context a resolved precision runs under
     cpu_*                the CPU's features (AMX, AVX512-BF16, vendor), which `auto` reads
     keep_freed_memory    glibc keeps freed memory for reuse (`train.keep_freed_memory`)
+    check_fits_in_memory the RAM guard: weights that could never fit refused before allocating
 
-The precision names are the recipe's (translate.config.names); the recipe's `train.precision`,
-the `--precision` option and the error messages read them. Decoding resolves them in `translate.ready`, training
-in `translate.training.build`.
+The precision names are the recipe's (translate.config.names): `train.precision`, the
+`--precision` option and the error messages read them there. Decoding resolves them in
+`translate.ready`, training in `translate.training.build`.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import os
 import platform
 from typing import Optional
 
 import torch
 
 from translate.config.names import PRECISIONS
-
 
 
 def pick_device(name: str | None = None, precision: str | None = None,
@@ -164,3 +165,24 @@ def keep_freed_memory() -> bool:
         return False
     libc = ctypes.CDLL(None)
     return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
+
+
+class ModelTooLarge(ValueError):
+    """A model whose weights cannot be allocated."""
+
+
+def physical_memory() -> int:
+    """Bytes of RAM on this machine (0 where the platform does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+def check_fits_in_memory(weight_bytes: int, what: str) -> None:
+    """Refuse `what` ("the transformer model of this recipe has about 2.0G parameters") whose
+    weights alone are more bytes than this machine's memory, before anything is allocated."""
+    memory = physical_memory()
+    if memory and weight_bytes > memory:
+        raise ModelTooLarge(f"{what}, {weight_bytes / 2**30:.0f} GiB of weights; this machine "
+                            f"has {memory / 2**30:.0f} GiB of memory: make it smaller")

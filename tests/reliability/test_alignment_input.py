@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from helpers.cli import cli, refused, without_blocking
-from translate.alignment import MAX_GOLD_BYTES, read_gold
+from translate.analysis.gold import MAX_GOLD_BYTES, read_gold
 from translate.analysis.align_score import read_gold_set
 from translate.cli import main
 from translate.markup import strip

@@ -28,7 +28,7 @@ from translate.config import load_recipe  # noqa: E402
 from translate.models import build_model  # noqa: E402
 from translate.serve import ServeConfig, build_app, load_translator  # noqa: E402
 from translate.serve.attention_json import decode_weights  # noqa: E402
-from translate.serve.server import ServerProcess  # noqa: E402
+from translate.serve.process import ServerProcess  # noqa: E402
 
 TEXT = {"text": "A dog runs in the snow."}
 

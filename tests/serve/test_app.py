@@ -79,6 +79,9 @@ def test_translate_equals_the_translator_for_the_same_settings(client, translato
     assert (body["beam"], body["nbest"]) == (3, 1)
     one = client.post("/translate", json={"text": sources[1], "beam": 3}).json()
     assert one["translations"] == [expected[1].text]
+    default = client.post("/translate", json={"text": sources[1]}).json()  # the recipe's beam
+    assert default["beam"] == translator.recipe.decode.beam
+    assert default["translations"] == [translator.translate(sources[1])]
 
 
 def test_nbest_gives_a_list_per_input_best_first_with_scores(client, translator, sources):

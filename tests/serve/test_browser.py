@@ -35,7 +35,7 @@ from translate.checkpoint import read_checkpoint, write_checkpoint  # noqa: E402
 from translate.models.attention import CROSS, DECODER_SELF, ENCODER_SELF  # noqa: E402
 from translate.serve import load_translator  # noqa: E402
 from translate.serve.attention_json import alignment_json  # noqa: E402
-from translate.serve.server import running  # noqa: E402
+from translate.serve.process import running  # noqa: E402
 
 TEXT = "Two men are sitting on a bench."
 

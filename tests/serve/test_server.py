@@ -14,7 +14,7 @@ httpx = pytest.importorskip("httpx", reason="the test talks to the server throug
 
 from translate.cli import main  # noqa: E402
 from translate.serve import load_translator  # noqa: E402
-from translate.serve.server import running  # noqa: E402
+from translate.serve.process import running  # noqa: E402
 
 
 def test_the_command_serves_a_run_on_a_free_port(trained_run):

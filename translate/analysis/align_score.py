@@ -2,8 +2,8 @@
 
 A gold set is three files with one line per sentence pair: PREFIX.<src_lang> and
 PREFIX.<tgt_lang> (the sentences; words are what `str.split()` separates, as everywhere in
-`translate.alignment`) and PREFIX.links (the links, `translate.alignment.read_gold`), each read
-as `translate.alignment.read_gold_lines` reads a gold file. The model re-reads each gold target
+`translate.alignment`) and PREFIX.links (the links, `translate.analysis.gold.read_gold`), each
+read as `translate.analysis.gold.read_gold_lines` reads a gold file. The model re-reads each gold target
 (teacher forcing), and every way of reading its attention is scored: each cross-attention
 layer's heads averaged and each head alone, read where the decoder predicts a piece and where it
 was given it (`shift`); the RNN's one map both ways. The diagonal baseline, which knows no
@@ -22,9 +22,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from translate.alignment import (EACH, AlignmentScores, Gold, Link, Reading, Words,
-                                 alignment_error, attention_of_pairs, diagonal_links, read_gold,
-                                 read_gold_lines, read_links, read_map, text_words, word_weights)
+from translate.alignment import (EACH, Link, Reading, Words, attention_of_pairs, read_links,
+                                 read_map, text_words, word_weights)
+from translate.analysis.gold import (AlignmentScores, Gold, alignment_error, diagonal_links,
+                                     read_gold, read_gold_lines)
 from translate.markup import restore, strip
 from translate.ready import Ready
 

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from torch import nn
 
+from translate.hardware import ModelTooLarge, check_fits_in_memory
 from translate.models.interface import DecoderState, Seq2Seq
 from translate.models.rnn import RNNConfig, RNNSeq2Seq
 from translate.models.transformer import Transformer, TransformerConfig
@@ -31,16 +32,13 @@ MODELS: dict[str, ModelEntry] = {
 
 def build_model(cfg, src_vocab: int, tgt_vocab: int, shared_vocab: bool) -> nn.Module:
     """Instantiate the model named by `cfg.arch` with its config `cfg`; refuse, before allocating
-    anything, one whose fp32 weights alone would not fit in this machine's memory."""
+    anything, one whose fp32 weights alone would not fit in this machine's memory
+    (`translate.hardware.check_fits_in_memory`)."""
     if cfg.arch not in MODELS:
         raise ValueError(f"unknown model arch '{cfg.arch}'; valid: {sorted(MODELS)}")
-    weights = 4 * cfg.parameter_count(src_vocab, tgt_vocab, shared_vocab)
-    memory = _physical_memory()
-    if memory and weights > memory:
-        raise ModelTooLarge(f"the {cfg.arch} model of this recipe has about "
-                            f"{weights / 4 / 1e9:.1f}G parameters, {weights / 2**30:.0f} GiB of "
-                            f"weights; this machine has {memory / 2**30:.0f} GiB of memory: "
-                            f"make it smaller")
+    parameters = cfg.parameter_count(src_vocab, tgt_vocab, shared_vocab)
+    check_fits_in_memory(4 * parameters, f"the {cfg.arch} model of this recipe has about "
+                                         f"{parameters / 1e9:.1f}G parameters")
     try:
         return MODELS[cfg.arch].model(cfg, src_vocab, tgt_vocab, shared_vocab)
     except RuntimeError as e:  # torch's CPU allocator says so in a RuntimeError
@@ -48,20 +46,6 @@ def build_model(cfg, src_vocab: int, tgt_vocab: int, shared_vocab: bool) -> nn.M
             raise
         raise ModelTooLarge(f"the {cfg.arch} model of this recipe does not fit in memory "
                             f"({str(e).strip().splitlines()[-1][:200]}); make it smaller") from None
-
-
-class ModelTooLarge(ValueError):
-    """A model whose weights cannot be allocated."""
-
-
-def _physical_memory() -> int:
-    """Bytes of RAM on this machine (0 where the platform does not say)."""
-    import os
-
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return 0
 
 
 def count_parameters(model: nn.Module) -> int:

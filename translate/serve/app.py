@@ -149,7 +149,8 @@ class Endpoints:
         body = await read_json(request, cfg.max_request_bytes,
                                ("texts", "text", "beam", "nbest", "alignments"), cfg.body_timeout_s)
         texts = read_texts(body, cfg.max_texts)
-        beam = read_int(body, "beam", 5, 1, cfg.max_beam)
+        beam = read_int(body, "beam", min(self.translator.recipe.decode.beam, cfg.max_beam), 1,
+                        cfg.max_beam)  # by default the recipe's
         nbest = read_int(body, "nbest", 1, 1, beam)
         alignments = read_bool(body, "alignments", False)
         work = [len(ids) * beam for ids in self.translator.tokenizer.encode_src(texts)]

@@ -16,6 +16,7 @@ from translate.data.read import load_split
 from translate.evaluation import evaluate_split
 from translate.metrics import MetricsLog
 from translate.ready import Ready
+from translate.tokenizer import Tokenizer
 from translate.run_folder import locked, owned_files, restate_recipe, run_id, start_run
 from translate.training.checkpoints import check_writable, resume_point
 from translate.training.distributed import World, join, together
@@ -59,18 +60,20 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
     """
     world = join(training_device(device))  # several processes under torchrun, else one
     new_folder = world.is_main and not resume and not run_dir.exists()
-    claimed: list[bool] = []  # set once this new run has claimed the folder
+    folder = None
     with ExitStack() as cleanup:
         try:
             with together(world):
-                trainer = _start(recipe, run_dir, device, progress, resume, overwrite, world,
-                                 cleanup, claimed, dataset, adopt)
+                folder = _open_folder(recipe, run_dir, device, resume, overwrite, world, cleanup,
+                                      adopt)
+                trainer = _start(recipe, run_dir, folder, device, progress, world, cleanup,
+                                 dataset)
         except BaseException:
             cleanup.close()  # the log file, before its folder goes
             if new_folder:
                 shutil.rmtree(run_dir, ignore_errors=True)
-            elif claimed:  # a folder that was there before: only what this run wrote goes
-                for path in owned_files(run_dir):
+            elif folder is not None and folder.claimed:  # a folder that was there before:
+                for path in owned_files(run_dir):  # only what this run wrote goes
                     shutil.rmtree(path) if path.is_dir() else path.unlink()
             raise
         try:
@@ -104,25 +107,41 @@ def summary(result: TrainResult) -> str:
     return "\n".join(lines + [f"\nrun folder: {result.run_dir}"])
 
 
-def _start(recipe: Recipe, run_dir: Path, device: Optional[str], progress: bool, resume: bool,
-           overwrite: bool, world: World, cleanup: ExitStack, claimed: list,
-           dataset: Optional[str] = None, adopt: bool = False) -> Trainer:
-    """Lock and check the run folder, claim it (a new run) or find the resume point, prepare the
-    data and build the Trainer (restored when resuming); `cleanup` releases the lock and closes
-    the log file and the metrics log afterwards."""
+@dataclass(frozen=True)
+class OpenFolder:
+    """The run folder, locked: the run's id, whether this new run claimed it (wrote its
+    run.json), and for a resumed run the checkpoint it goes on from."""
+
+    own_id: Optional[str]
+    claimed: bool
+    checkpoint: Optional[tuple[Path, dict, Tokenizer]] = None  # (path, contents, tokenizer)
+
+
+def _open_folder(recipe: Recipe, run_dir: Path, device: Optional[str], resume: bool,
+                 overwrite: bool, world: World, cleanup: ExitStack, adopt: bool) -> OpenFolder:
+    """Lock and check the run folder, then claim it (a new run) or find the resume point;
+    `cleanup` releases the lock afterwards."""
     if recipe.train.cuda_graphs:  # before any data is prepared
         check_recipe(recipe, training_precision(recipe.train, training_device(device)),
                      world.size)
     if world.is_main:
         check_writable(run_dir)
         cleanup.enter_context(locked(run_dir))
-    checkpoint, tokenizer, own_id = None, None, None
     if resume:
-        path, checkpoint, tokenizer = resume_point(run_dir, recipe, world.is_main, adopt)
-        own_id = run_id(run_dir)
-    elif world.is_main:
-        own_id = start_run(recipe, run_dir, overwrite)
-        claimed.append(True)
+        checkpoint = resume_point(run_dir, recipe, world.is_main, adopt)  # (adopt: run.json)
+        return OpenFolder(run_id(run_dir), False, checkpoint)
+    if world.is_main:
+        return OpenFolder(start_run(recipe, run_dir, overwrite), True)
+    return OpenFolder(None, False)
+
+
+def _start(recipe: Recipe, run_dir: Path, folder: OpenFolder, device: Optional[str],
+           progress: bool, world: World, cleanup: ExitStack,
+           dataset: Optional[str] = None) -> Trainer:
+    """Prepare the data and build the Trainer (restored when resuming) in the opened folder;
+    `cleanup` closes the log file and the metrics log afterwards."""
+    path, checkpoint, tokenizer = folder.checkpoint or (None, None, None)
+    resume, own_id = folder.checkpoint is not None, folder.own_id
     cleanup.enter_context(_log_file(run_dir / "train.log", world.is_main))
     source = replace(recipe, data=replace(recipe.data, dataset=dataset)) if dataset else recipe
     data = prepare_data(source, run_dir, tokenizer, world, progress)
