@@ -66,7 +66,8 @@ def decoder(name: str, checkpoint: str, precision: str, engine: str):
     `name`, its model prepared for `precision` as `translate decode` prepares it."""
     import torch
 
-    loaded = importlib.import_module(f"{name}.checkpoint").load_checkpoint(checkpoint)
+    room = "loading" if importlib.util.find_spec(f"{name}.loading") else "checkpoint"  # moved
+    loaded = importlib.import_module(f"{name}.{room}").load_checkpoint(checkpoint)
     cpu = torch.device("cpu")
     if importlib.util.find_spec(f"{name}.inference"):  # a revision with engines and inference.py
         inference = importlib.import_module(f"{name}.inference")

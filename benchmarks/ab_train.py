@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import inspect
 import json
 import statistics
@@ -90,7 +91,8 @@ def resolved_precision(trainer) -> str:
 
 def same_weights(a, b, b_name: str) -> None:
     """Give trainer b trainer a's weights (and weight average), upgraded to b's format."""
-    upgrade = getattr(importlib.import_module(f"{b_name}.checkpoint"), "upgrade_state_dict",
+    room = "weights" if importlib.util.find_spec(f"{b_name}.weights") else "checkpoint"  # moved
+    upgrade = getattr(importlib.import_module(f"{b_name}.{room}"), "upgrade_state_dict",
                       lambda state: state)
     (model_a, ema_a), (model_b, ema_b) = weights_of(a), weights_of(b)
     model_b.load_state_dict(upgrade(model_a.state_dict()))

@@ -68,7 +68,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from translate.checkpoint import Loaded, load_checkpoint
+from translate.loading import Loaded, load_checkpoint
 from translate.config import DecodeConfig
 from translate.data.batch import length_batches, pad
 from translate.data.read import load_split

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from translate.checkpoint import load_checkpoint
+from translate.loading import load_checkpoint
 from translate.data.batch import pad
 from translate.data.read import load_split
 from translate.export import export

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from translate.checkpoint import load_checkpoint
+from translate.loading import load_checkpoint
 from translate.data.read import load_split
 from translate.export import export
 from translate.hardware import cpu_name

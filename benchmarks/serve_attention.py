@@ -33,7 +33,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     import httpx
 
-    from translate.checkpoint import load_checkpoint
+    from translate.loading import load_checkpoint
     from translate.serve import ServeConfig
     from translate.serve.process import ServerProcess
     from translate.hardware import cpu_name

@@ -30,7 +30,7 @@ import torch
 from translate.alignment import record_attention
 from translate.analysis.attention import attention_maps, heatmap
 from translate.analysis.plots import Heatmap, draw_heatmap, plot_heatmaps, pyplot, save_figure
-from translate.checkpoint import load_checkpoint
+from translate.loading import load_checkpoint
 from translate.data.batch import pad
 from translate.data.read import load_split
 from translate.evaluation import evaluate_split

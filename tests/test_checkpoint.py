@@ -8,8 +8,8 @@ import yaml
 
 from helpers.files import read_jsonl
 from helpers.models import untrained_model
-from translate.checkpoint import (load_checkpoint, read_checkpoint, save_checkpoint,
-                                  write_checkpoint)
+from translate.checkpoint import read_checkpoint, save_checkpoint, write_checkpoint
+from translate.loading import load_checkpoint
 from translate.config import ADDED_MODEL_KEYS, ConfigError, in_todays_keys, load_recipe
 from translate.inference import translate_sentences
 from translate.model_folder import write_model_folder

@@ -77,7 +77,7 @@ def test_decode_and_evaluate_take_the_early_exit_switch(runner, trained_run, sma
                                                         tmp_path):
     from dataclasses import replace
 
-    from translate.checkpoint import load_checkpoint
+    from translate.loading import load_checkpoint
     from translate.inference import translate_sentences
     from translate.ready import Ready
     from translate.scoring import score

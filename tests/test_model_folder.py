@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from safetensors import safe_open
 
 from helpers.files import read_jsonl
-from translate.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from translate.checkpoint import CheckpointError, read_checkpoint, save_checkpoint
+from translate.loading import load_checkpoint
 from translate.cli import main
 from translate.config import load_recipe
 from translate.data.batch import pad
@@ -158,7 +159,7 @@ def test_an_incomplete_or_foreign_folder_gets_one_error_line(exported, tmp_path)
     for file in exported.iterdir():
         (broken / file.name).write_bytes(file.read_bytes())
     (broken / "model.safetensors").write_bytes(b"\x00" * 64)
-    assert "model.safetensors: its SHA-256 is not the one recorded at export" in decode(broken)
+    assert "model.safetensors: its SHA-256 is not the one recorded with it" in decode(broken)
     config = json.loads((broken / "config.json").read_text())  # a folder from before digests
     del config["sha256"]
     (broken / "config.json").write_text(json.dumps({**config, "format_version": 1}))
@@ -177,4 +178,4 @@ def test_an_incomplete_or_foreign_folder_gets_one_error_line(exported, tmp_path)
     config = json.loads((exported / "config.json").read_text())
     (newer / "config.json").write_text(json.dumps({**config, "format_version": 99}))
     with pytest.raises(CheckpointError, match="format version 99 is newer"):
-        read_checkpoint(newer)
+        load_checkpoint(newer)

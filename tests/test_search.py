@@ -169,7 +169,7 @@ def test_nbest_lists_are_sorted_and_distinct(index):
 
 
 def test_beam_keeps_input_order_and_scores_at_least_greedy(trained_run, small_data):
-    from translate.checkpoint import load_checkpoint
+    from translate.loading import load_checkpoint
 
     loaded = load_checkpoint(trained_run.run_dir)
     ready = Ready(loaded.model, loaded.tokenizer)
@@ -214,7 +214,7 @@ def k_finished_only(beams, step, limits, nbest, lenpen, early_exit):
 def test_search_stops_sooner_and_without_early_exit_returns_what_k_finished_does(
         trained_run, small_data, monkeypatch, nbest):
     from translate import search
-    from translate.checkpoint import load_checkpoint
+    from translate.loading import load_checkpoint
     from translate.search import output_limits
 
     loaded = load_checkpoint(trained_run.run_dir)
@@ -246,7 +246,7 @@ def test_search_stops_sooner_and_without_early_exit_returns_what_k_finished_does
 
 
 def test_overlong_line_is_truncated_with_a_warning(trained_run, caplog):
-    from translate.checkpoint import load_checkpoint
+    from translate.loading import load_checkpoint
 
     loaded = load_checkpoint(trained_run.run_dir)
     cfg = DecodeConfig(beam=3)

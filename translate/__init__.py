@@ -22,12 +22,14 @@ The package, a line a file or subpackage, each layer above the ones it may impor
     ready.py         a model made ready to decode: its device, precision and engine, set once
     averaging.py     `translate average`: the mean of a run's last step checkpoints
     markup.py        inline tags kept through translation, carried by the word alignment
+    export/          `translate export`: inference, CTranslate2 and transformers folders
     engine.py        the engines (textbook, plain, fast, gpu), applied once where a run is set up
     run_folder.py    a run folder's identity (run.json), claiming it, its lock
     alignment.py     word alignments read from attention
-    export/          `translate export`: inference, CTranslate2 and transformers folders
+    loading.py       the loading room: a path located once, read by its format, checked once,
+                     built into a model
     gpu/             the gpu engine's searches and the chunked loss
-    checkpoint.py    self-describing checkpoints, and the model built from one
+    checkpoint.py    self-describing checkpoints: the .pt format, read and written
     data/            the data path, a module a step: read, clean, encode, cache, batch
     fast/            the fast engine: the CPU speed work, applied to a built model
     search.py        greedy and beam search over any model of the seq2seq interface
@@ -36,7 +38,7 @@ The package, a line a file or subpackage, each layer above the ones it may impor
                      output may be
     models/          the textbook: attention, the Transformer, the RNN, their interface
     metrics.py       the run's metrics log (metrics.jsonl), mirrored to TensorBoard
-    model_folder.py  the exported model folder, read as a checkpoint
+    model_folder.py  the exported model folder's format, read as a checkpoint
     hardware.py      the machine: the device, the precisions, what the CPU offers, the RAM guard
     config/          recipes: frozen dataclasses loaded strictly from YAML, and the names of
                      the runtime's choices (engines, precisions, activations) they take
@@ -45,10 +47,12 @@ The package, a line a file or subpackage, each layer above the ones it may impor
                      writes
     yaml_limits.py   YAML read with bounded work
     paths.py         data paths written relative to a folder and read back from it
-    files.py         files opened only when they are what they should be, compared by identity
+    files.py         files opened only when they are what they should be (trusted reads: size
+                     capped, digest streamed before reading), compared by identity
     allocator.py     `translate train` under jemalloc (or tcmalloc) where the system has one
     loss.py          label-smoothed cross-entropy
     scoring.py       sacreBLEU and chrF with signatures, legacy BLEU, paired bootstrap
+    weights.py       a state dict checked before a model is built: fit, finiteness, old names
 
 The names below load on first use, so that importing one light module (as the encoding worker
 processes do with `translate.data.encode`) does not import torch and the models.

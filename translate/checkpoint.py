@@ -1,5 +1,6 @@
-"""Self-describing checkpoints: the file format (weights, recipe, tokenizer, training state;
-written atomically), and a model built from one.
+"""Self-describing checkpoints: the .pt file format (weights, recipe, tokenizer, training state;
+written atomically), read and written. A model is built from one in translate.loading, which
+reads an exported folder (translate.model_folder) alike.
 
 A checkpoint holds only tensors and plain Python values, so it loads with
 `torch.load(..., weights_only=True)` and never runs code from the file. It carries a SHA-256
@@ -8,7 +9,8 @@ instead of decoding garbage or resuming from it. A file named step_<N>.pt must h
 (`step_number`).
 
 Which checkpoint a run resumes from, and whether the disk holds its checkpoints, is the
-training's policy (translate.training.checkpoints).
+training's policy (translate.training.checkpoints). Tests: tests/test_checkpoint.py,
+tests/reliability/test_checkpoint_input.py.
 """
 
 from __future__ import annotations
@@ -18,20 +20,16 @@ import io
 import os
 import pickle
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from translate.config import (Recipe, data_from, data_relative_to, in_todays_keys,
-                              recipe_from_dict)
+from translate.config import Recipe, data_relative_to, in_todays_keys
 from translate.files import UnsafeFileError, copy_into, open_regular, same_file
-from translate.model_folder import ModelFolderError, is_model_folder, read_model_folder
-from translate.models import build_model
 from translate.tokenizer import Tokenizer
-from translate.tokens import BOS, SPECIAL_IDS
+from translate.tokens import SPECIAL_IDS
 from translate.utils import atomic_write, first_line
 
 FORMAT_VERSION = 1
@@ -127,29 +125,18 @@ def copy_checkpoint(source: Path, path: Path) -> None:
 
 def read_checkpoint(path: str | Path, verify: bool = True, check_name: bool = True,
                     follow: bool = True) -> dict:
-    """The raw checkpoint dict of a .pt file, a run folder (its best.pt) or an exported model
-    folder (translate.model_folder), or a CheckpointError naming the file. Without `verify`
-    the tensors are memory-mapped and the checksum is not checked: for a look at the recipe.
-    With `check_name`, a step_<N>.pt must hold step N (without: for a look at whose it is).
-    Without `follow` (a file found in a run folder, not named), a link is refused, not followed.
+    """The raw checkpoint dict of a .pt file, its recipe in today's keys, or a CheckpointError
+    naming the file. Without `verify` the tensors are memory-mapped and the checksum is not
+    checked: for a look at the recipe. With `check_name`, a step_<N>.pt must hold step N
+    (without: for a look at whose it is). Without `follow` (a file found in a run folder, not
+    named), a link is refused, not followed.
 
-    Only a regular file is read: a FIFO, a device or a link loop is refused by name before a
-    byte is read, and a run folder's best.pt is not followed if it is a link."""
+    Only a regular file is read: a FIFO, a device, a folder or a link loop is refused by name
+    before a byte is read. (What a path names, a run folder or an export included, is decided
+    in translate.locate; translate.loading reads each kind.)"""
     path = Path(path)
-    if is_model_folder(path):
-        try:
-            return _todays_recipe(read_model_folder(path))
-        except ModelFolderError as e:
-            raise CheckpointError(str(e)) from None
-    named = follow and not path.is_dir()  # a file the user named may be a link to one
-    if path.is_dir():
-        best = path / "best.pt"
-        if not os.path.lexists(best):
-            raise CheckpointError(f"{path} is a folder without best.pt or an exported model "
-                                  f"(config.json, model.safetensors); name a checkpoint file")
-        path = best
     try:
-        with open_regular(path, follow=named, what="checkpoint") as f:
+        with open_regular(path, follow=follow, what="checkpoint") as f:
             data = _load(f, path, verify)
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint not found: {path}") from None
@@ -165,7 +152,7 @@ def read_checkpoint(path: str | Path, verify: bool = True, check_name: bool = Tr
                               f"checksum written with them); use another checkpoint")
     if check_name:
         _check_step_name(path, data)
-    return _todays_recipe(data)
+    return todays_recipe(data)
 
 
 def _load(f, path: Path, verify: bool) -> Any:
@@ -246,100 +233,8 @@ def checkpoint_tokenizer(data: dict, path: str | Path = "checkpoint") -> Tokeniz
                               f"{first_line(e)})") from None
 
 
-@dataclass
-class Loaded:
-    model: nn.Module
-    recipe: Recipe
-    tokenizer: Tokenizer
-    step: int
-    data: dict
-
-
-def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loaded:
-    """Rebuild model, recipe and tokenizer from a checkpoint (or a run folder's best.pt)."""
-    data = read_checkpoint(path)
-    recipe = recipe_from_dict(data["recipe"], f"{path} (recipe)", resolved=True)
-    recipe = data_from(recipe, Path(path) if Path(path).is_dir() else Path(path).parent)
-    tokenizer = checkpoint_tokenizer(data, path)
-    state = upgrade_state_dict(data["model"])
-    args = (recipe.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
-    check_weights_fit(build_model, args, state, f"{path}: weights do not fit the recipe's "
-                      f"{recipe.model.arch} model")
-    check_finite(state, path)
-    model = build_model(*args)
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as e:  # the first line only says "Error(s) in loading state_dict"
-        detail = (str(e).splitlines() + [""])[1].strip()
-        detail = detail if len(detail) <= 300 else detail[:300] + "..."
-        raise CheckpointError(f"{path}: weights do not fit the recipe's {recipe.model.arch} "
-                              f"model ({detail})") from None
-    check_outputs_finite(model.eval(), tokenizer, path)
-    model.to(device)
-    return Loaded(model, recipe, tokenizer, int(data.get("step", 0)), data)
-
-
-PROBE = "A man rides a bike."  # what `check_outputs_finite` translates the first word of
-
-
-@torch.no_grad()
-def check_outputs_finite(model: nn.Module, tokenizer: Tokenizer, path: str | Path) -> None:
-    """Refuse a model whose finite weights still give NaN or infinite scores (weights grown
-    huge in a diverging run): it would translate every sentence into the same piece, without a
-    word. One decoder step of one short sentence, in fp32."""
-    src = torch.tensor(tokenizer.encode_src([PROBE]))  # (1, S)
-    logits = model(src, torch.tensor([[BOS]]))  # (1, 1, V)
-    if not torch.isfinite(logits).all():
-        raise CheckpointError(f"{path}: its weights are finite but its scores are NaN or "
-                              f"infinite (weights grown huge as the loss diverged?); use a "
-                              f"checkpoint from before that")
-
-
-def check_weights_fit(build, args: tuple, state: dict, refusal: str) -> None:
-    """Refuse `state` when it does not fit the model `build(*args)` makes, before that model
-    takes any memory: it is built on the meta device (shapes, no storage) and compared name by
-    name, so a small file that declares a huge model is refused at once."""
-    with torch.device("meta"):
-        expected = build(*args).state_dict()
-    missing = [name for name in expected if name not in state]
-    unexpected = [name for name in state if name not in expected]
-    if missing or unexpected:
-        which = (f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}")
-        raise CheckpointError(f"{refusal} ({which}; {len(missing)} missing, {len(unexpected)} "
-                              f"unexpected)")
-    for name, tensor in expected.items():
-        got = state[name]
-        if not isinstance(got, torch.Tensor) or got.shape != tensor.shape:
-            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-            raise CheckpointError(f"{refusal} ({name}: {shape} in the file, "
-                                  f"{tuple(tensor.shape)} in the model)")
-
-
-def check_finite(state: dict, path: str | Path) -> None:
-    """Refuse weights that hold NaN or infinite values: such a model translates every sentence
-    into nothing or garbage, without a word."""
-    for name, tensor in state.items():
-        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-            raise CheckpointError(f"{path}: its weight {name} holds NaN or infinite values (the "
-                                  f"loss diverged before it was saved?); use a checkpoint from "
-                                  f"before that")
-
-
-def upgrade_state_dict(state: dict) -> dict:
-    """Weights saved by older versions, in today's names: attention's fused `qkv_proj` (one
-    (3D, D) matrix, Q first) becomes the three projections `q_proj`, `k_proj`, `v_proj`."""
-    upgraded = {}
-    for key, value in state.items():
-        if ".qkv_proj." in key:
-            for name, part in zip(("q_proj", "k_proj", "v_proj"), value.chunk(3)):
-                upgraded[key.replace(".qkv_proj.", f".{name}.")] = part.clone()
-        else:
-            upgraded[key] = value
-    return upgraded
-
-
-def _todays_recipe(data: dict) -> dict:
-    """A checkpoint's dict with its recipe in today's keys (`config.in_todays_keys`), for
-    every reader:
-    loading, resuming (whose check compares the saved model section), averaging, export."""
+def todays_recipe(data: dict) -> dict:
+    """A checkpoint's dict with its recipe in today's keys (`config.in_todays_keys`), for every
+    reader: loading, resuming (whose check compares the saved model section), averaging,
+    export."""
     return {**data, "recipe": in_todays_keys(data["recipe"])}

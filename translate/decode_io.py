@@ -26,7 +26,7 @@ from translate.data import DataError
 from translate.data.read import iter_lines
 from translate.files import output_clash, output_kind
 from translate.inference import decode_sentences
-from translate.locate import check_output_free, locate
+from translate.locate import Location, check_output_free, locate
 from translate.markup import Marked, MarkupError, restore, strip
 from translate.ready import Ready
 from translate.utils import atomic_write
@@ -52,15 +52,16 @@ def decode_file(checkpoint: str, input_path: str = "-", output_path: str = "-", 
     per output line (per hypothesis with `nbest`). With `markup`, inline tags in the input are
     carried to the output words aligned to the words they hold (`translate.markup`); a line
     whose markup cannot be carried is a DataError naming it, before anything is written."""
-    check_output(output_path, input_path, checkpoint)
+    model = locate(checkpoint)  # what the path names, decided once for the checks and the load
+    check_output(output_path, input_path, model)
     if alignments is not None:
-        check_output(alignments, input_path, checkpoint, "--alignments")
+        check_output(alignments, input_path, model, "--alignments")
         if alignments == "-" or os.path.abspath(alignments) == os.path.abspath(output_path) \
                 or output_clash(alignments, {"the translations' output":
                                              1 if output_path == "-" else output_path}):
             raise OptionError(f"--alignments {alignments} would be written into the "
                               f"translations: give it a file of its own")
-    ready = Ready.load(checkpoint, device, precision, engine)
+    ready = Ready.load(model, device, precision, engine)
     cfg = decode_options(ready.recipe.decode, **options)
     if nbest > cfg.beam:
         raise OptionError(f"--nbest ({nbest}) cannot exceed the beam size ({cfg.beam})")
@@ -108,7 +109,7 @@ def open_input(path: str):
     return open(p, "rb")
 
 
-def check_output(output_path: str, input_path: str, checkpoint: str | None = None,
+def check_output(output_path: str, input_path: str, model: Location | None = None,
                  option: str = "-o") -> None:
     """Refuse an output that cannot be written, or whose writing would destroy what is read:
     the input (under any name, or as standard input), any of the model's files
@@ -133,8 +134,7 @@ def check_output(output_path: str, input_path: str, checkpoint: str | None = Non
     if clash:
         raise DataError(f"the output {out} is {clash}: translating into it would destroy "
                         f"what is being read; choose another {option}")
-    check_output_free(out, [locate(checkpoint)] if checkpoint is not None else [],
-                      option=option)
+    check_output_free(out, [model] if model is not None else [], option=option)
     if kind is None and out.exists() and _is_checkpoint(out):
         raise DataError(f"the output {out} is a checkpoint; translations would replace it: "
                         f"choose another {option}")

@@ -7,6 +7,11 @@ checks on the open descriptor that it is a regular file of the expected size. A 
 such as /dev/zero, a socket or a link where an array or a checkpoint should be is refused by
 name before a byte is read.
 
+`read_trusted` reads a file the toolkit trusts only once it is checked: opened as above, its size
+capped, and where a SHA-256 was recorded with it, that digest streamed from the file and matched
+before its bytes are read into memory (an exported model's config, weights and SentencePiece
+models).
+
 `same_file` and `kind_of` serve the checks that keep a command from writing over what it reads:
 two paths are the same file when their device and inode are (hard links and symbolic links
 included), and standard input and output are files too (`translate decode -o x < x`).
@@ -15,11 +20,12 @@ included), and standard input and output are files too (`translate decode -o x <
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import shutil
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Callable, Optional
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -65,11 +71,12 @@ def describe(path: str | Path) -> str:
 
 
 def open_regular(path: str | Path, size: int | None = None, follow: bool = False,
-                 what: str = "file") -> BinaryIO:
+                 what: str = "file", at_most: int | None = None) -> BinaryIO:
     """`path` opened for reading in binary, once it is known to be a regular file (of `size`
-    bytes, when given). Without `follow`, a symbolic link is refused rather than opened through.
-    An UnsafeFileError names the file, what it is, and that it is no `what` (a link to nothing
-    included); a path with nothing at it raises FileNotFoundError."""
+    bytes, when given; of at most `at_most` bytes, when given). Without `follow`, a symbolic
+    link is refused rather than opened through. An UnsafeFileError names the file, what it is,
+    and that it is no `what` (a link to nothing included); a path with nothing at it raises
+    FileNotFoundError."""
     path = Path(path)
     flags = os.O_RDONLY | NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else NOFOLLOW)
     try:
@@ -90,6 +97,10 @@ def open_regular(path: str | Path, size: int | None = None, follow: bool = False
         if size is not None and info.st_size != size:
             raise UnsafeFileError(errno.EINVAL, f"{path} holds {info.st_size} bytes, not the "
                                                 f"{size} of its {what}")
+        if at_most is not None and info.st_size > at_most:
+            raise UnsafeFileError(errno.EFBIG, f"{path}: {info.st_size:,} bytes, over the limit "
+                                               f"of {at_most:,} for a {what}; is it the file "
+                                               f"that was written there?")
         if NONBLOCK:  # a regular file never blocks, but its readers need not know the flag
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
@@ -103,6 +114,32 @@ def read_regular(path: str | Path, size: int | None = None, follow: bool = False
     """The bytes of `path`, opened by `open_regular`."""
     with open_regular(path, size, follow, what) as f:
         return f.read()
+
+
+def read_trusted(path: str | Path, what: str, at_most: int | None = None,
+                 sha256: str | None = None, check: Optional[Callable[[BinaryIO], None]] = None
+                 ) -> bytes:
+    """The bytes of `path`, opened once by `open_regular` (no link followed, at most `at_most`
+    bytes), after `check(f)` (which reads what it needs, say a header) and, with `sha256`, after
+    the file's SHA-256, streamed from it, is that one: an UnsafeFileError names a file that is
+    not, before its bytes are held in memory."""
+    with open_regular(path, what=what, at_most=at_most) as f:
+        if check is not None:
+            check(f)
+            f.seek(0)
+        if sha256 is not None:
+            if hashlib.file_digest(f, "sha256").hexdigest() != sha256:
+                raise UnsafeFileError(errno.EINVAL, f"{path}: its SHA-256 is not the one "
+                                                    f"recorded with it; the file was changed "
+                                                    f"or damaged")
+            f.seek(0)
+        return f.read()
+
+
+def sha256_of(path: str | Path) -> str:
+    """The SHA-256 of the regular file at `path`, in hex."""
+    with open_regular(path) as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def identity(path: str | Path | int) -> tuple[int, int] | None:

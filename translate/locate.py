@@ -1,8 +1,9 @@
 """What a path the user names as a model is, and which files belong to it.
 
 `translate decode RUN`, `evaluate`, `export`, `align-score`, `average` and the Python API take a
-run folder (its best.pt), a .pt checkpoint or an exported model folder. `locate` says which, and
-lists the files that are the model's: those a load reads and those its folder holds (a run's
+run folder (its best.pt), a .pt checkpoint or an exported model folder. `locate` says which,
+once for every load (translate.loading reads what it found), and lists the files that are the
+model's: those a load reads and those its folder holds (a run's
 recipe, logs, tokenizer and checkpoints; an export's config, weights and SentencePiece models).
 Every output a command writes is checked against them (`check_output_free`): a command never
 writes over a file it reads or a file of the run or export it reads from, whatever the output
@@ -27,6 +28,9 @@ RUN_PATTERNS = (RUN_FILE, "recipe.yaml", "metrics.jsonl", "train.log", "spm.mode
 OWN_NAMES = (*RUN_PATTERNS, ".lock")  # and the lock it holds while it trains
 
 
+RUN, CHECKPOINT, EXPORT = "run folder", "checkpoint", "exported model"  # what a path names
+
+
 class OutputClashError(ValueError):
     """An output that is (or would be) a file a command reads or a model's own file."""
 
@@ -35,16 +39,26 @@ class OutputClashError(ValueError):
 class Location:
     """A model path as a load sees it.
 
-    kind    "run folder", "checkpoint" or "exported model"
-    folder  the run or export folder the model belongs to; None for a .pt outside any run
-    files   what each of the model's files is to the user -> the file (read by a load, or held
-            by its folder)
+    kind        "run folder", "checkpoint" or "exported model"
+    folder      the run or export folder the model belongs to; None for a .pt outside any run
+    files       what each of the model's files is to the user -> the file (read by a load, or
+                held by its folder)
+    checkpoint  the .pt a load reads (a run folder's best.pt); None for an export
+    recipe_base the folder the saved recipe's relative data path is read from
     """
 
     kind: str
     path: Path
     folder: Path | None
     files: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def checkpoint(self) -> Path | None:
+        return None if self.kind == EXPORT else self.files["the checkpoint"]
+
+    @property
+    def recipe_base(self) -> Path:
+        return self.path if self.kind != CHECKPOINT else self.path.parent
 
 
 def holds_run(folder: Path) -> bool:
@@ -74,13 +88,12 @@ def locate(path: str | Path) -> Location:
     that a load will refuse by name; here it has no files."""
     path = Path(path)
     if is_model_folder(path):
-        return Location("exported model", path, path, export_files(path))
+        return Location(EXPORT, path, path, export_files(path))
     if path.is_dir():
-        return Location("run folder", path, path, {"the checkpoint": path / "best.pt",
-                                                   **run_files(path)})
+        return Location(RUN, path, path, {"the checkpoint": path / "best.pt", **run_files(path)})
     folder = path.parent if holds_run(path.parent) else None
     files = {"the checkpoint": path, **(run_files(folder) if folder else {})}
-    return Location("checkpoint", path, folder, files)
+    return Location(CHECKPOINT, path, folder, files)
 
 
 def check_output_free(output: str | Path, models: Iterable[Location] = (),
@@ -97,7 +110,7 @@ def check_output_free(output: str | Path, models: Iterable[Location] = (),
         raise OutputClashError(f"{option} {output} is {clash}: writing there would destroy "
                                f"it; choose another {option}")
     for model in models:
-        if model.kind != "exported model" and model.folder is not None \
+        if model.kind != EXPORT and model.folder is not None \
                 and same_file(output.parent, model.folder) \
                 and any(fnmatch.fnmatchcase(output.name, pattern) for pattern in names):
             raise OutputClashError(f"{option} {output} is a name the run in {model.folder} "

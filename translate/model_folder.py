@@ -12,10 +12,11 @@ No optimizer, no training state, no machine paths. A folder is checked as a chec
 read, each refusal one line naming the file and field: config.json's every field must have its
 type and range (no unknown ones, nesting and size bounded); every file it names must be a plain
 name in the folder, opened only as a regular file (no link followed, no FIFO or device waited
-on: `translate.files.open_regular`), of a bounded size (the weights exactly the size their
+on: `translate.files.read_trusted`), of a bounded size (the weights exactly the size their
 header declares), with the SHA-256 recorded at export, so flipped bytes or swapped tensors are
-refused; aliases must name stored tensors, weights must be finite, and their shapes are
-compared with the recipe's model before it is built (`load_checkpoint`).
+refused; aliases must name stored tensors. Each file is opened and read once (a joint
+vocabulary's spm.model serves both sides). The weights' fit to the recipe's model and their
+finiteness are checked where every model is loaded (translate.loading).
 
 Format versions: 1 recorded no digests, 2 records them. Digests are checked whenever config.json
 holds them, and a config without them is read only if it has version 1's exact fields and its
@@ -24,26 +25,27 @@ by), so editing a current export down to version 1 turns no check off. (Format-2
 exported before the mark lack it; exporting them again adds it.) Unknown versions and fields
 are refused.
 
-`read_model_folder` returns the same dict a .pt checkpoint holds, so `load_checkpoint` (and with
-it `decode`, `evaluate`, the API and the server) loads a folder as it loads a checkpoint.
+`read_model_folder` returns the same dict a .pt checkpoint holds, so `translate.loading` (and
+with it `decode`, `evaluate`, the API and the server) loads a folder as it loads a checkpoint.
+Tests: tests/test_model_folder.py, tests/reliability/test_export_input.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 from contextlib import contextmanager
 from itertools import accumulate
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator, Optional
 
 import torch
 
-from translate.files import UnsafeFileError, open_regular
+from translate.files import UnsafeFileError, read_trusted, sha256_of
 from translate.tokens import SPECIAL_IDS
 from translate.utils import first_line
+from translate.weights import check_finite
 
 FORMAT, FORMAT_VERSION = "translate", 2  # 2: config.json holds each file's SHA-256
 CONFIG, WEIGHTS = "config.json", "model.safetensors"
@@ -110,12 +112,13 @@ def write_model_folder(data: dict, out: Path, dtype: str = "fp32", source: str =
 
     if not isinstance(dtype, str) or dtype not in DTYPES:
         raise ModelFolderError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    check_finite(data["model"], "the checkpoint", "export one from before training diverged")
+    check_finite(data["model"], "the checkpoint", "export one from before training diverged",
+                 ModelFolderError)
     out.mkdir(parents=True, exist_ok=True)
     tensors, aliases = unique_tensors(data["model"])
     tensors = {k: v.to(DTYPES[dtype]) if v.is_floating_point() else v for k, v in tensors.items()}
     check_finite(tensors, f"--dtype {dtype}", "it is past fp16's range (65,504): export in bf16 "
-                                              "or fp32")
+                                              "or fp32", ModelFolderError)
     save_file(tensors, out / WEIGHTS, metadata={"format": "pt", "aliases": json.dumps(aliases),
                                                 "translate_format_version": str(FORMAT_VERSION)})
     recipe = slim_recipe(data["recipe"])
@@ -128,7 +131,7 @@ def write_model_folder(data: dict, out: Path, dtype: str = "fp32", source: str =
         files = {side: f"spm.{name}.model" for side, name in names.items()}
     (out / files["src"]).write_bytes(src)
     (out / files["tgt"]).write_bytes(tgt)
-    digests = {name: _sha256(out / name) for name in sorted({WEIGHTS, *files.values()})}
+    digests = {name: sha256_of(out / name) for name in sorted({WEIGHTS, *files.values()})}
     config = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": int(data.get("step", 0)),
               "source": source, "dtype": dtype, "weights": WEIGHTS,
               "tokenizer": {**files, "special_ids": SPECIAL_IDS}, "sha256": digests,
@@ -140,7 +143,8 @@ def write_model_folder(data: dict, out: Path, dtype: str = "fp32", source: str =
 
 
 def read_model_folder(path: Path) -> dict:
-    """The checkpoint dict of an exported folder: model, recipe, tokenizer bytes and step."""
+    """The checkpoint dict of an exported folder: model, recipe, tokenizer bytes and step. Each
+    file is opened and read once, after its checks (`translate.files.read_trusted`)."""
     config = _read_config(path)
     names = [config["weights"], config["tokenizer"]["src"], config["tokenizer"]["tgt"]]
     missing = sorted({name for name in names if not os.path.lexists(path / name)})
@@ -148,11 +152,17 @@ def read_model_folder(path: Path) -> dict:
         raise ModelFolderError(f"{path}: incomplete exported model folder: missing "
                                f"{', '.join(missing)}")
     digests = config.get("sha256")  # checked present and complete by format (_check_config)
+
+    def read(name: str, what: str, at_most: Optional[int] = None,
+             check: Optional[Callable[[BinaryIO], None]] = None) -> bytes:
+        with _refused_as_folder_error():
+            return read_trusted(path / name, what, at_most,
+                                digests[name] if digests is not None else None, check)
+
     weights = path / names[0]
-    with _open(weights, "weights file") as f:
-        if digests is None:  # else the digest says more than a size: checked first
-            _check_declared_size(weights, f)
-        raw = _contents(f, weights, digests)
+    # Without digests (format 1) the header's declared size is what a cut-short copy fails.
+    raw = read(names[0], "weights file",
+               check=None if digests is not None else lambda f: _check_declared_size(weights, f))
     state, metadata = _parse_weights(weights, raw)
     del raw
     written = metadata.get("translate_format_version", str(config["format_version"]))
@@ -161,53 +171,24 @@ def read_model_folder(path: Path) -> dict:
                                f"but {weights.name} was written by format {written[:20]}: "
                                f"config.json was edited; export the model again")
     _add_aliases(weights, state, metadata)
-    check_finite(state, str(weights), "the file is damaged, or training diverged before the "
-                                      "checkpoint it was exported from: export a good one")
-    spm = {}
-    for side, name in (("src", names[1]), ("tgt", names[2])):
-        with _open(path / name, "SentencePiece model") as f:
-            _check_at_most(path / name, f, MAX_SPM_BYTES, "SentencePiece model")
-            spm[side] = torch.frombuffer(bytearray(_contents(f, path / name, digests)),
-                                         dtype=torch.uint8)
+    spm = {name: torch.frombuffer(bytearray(read(name, "SentencePiece model", MAX_SPM_BYTES)),
+                                  dtype=torch.uint8)
+           for name in dict.fromkeys(names[1:])}  # a joint vocabulary's one file, read once
     return {"format_version": 1, "model": state, "recipe": config["recipe"],
-            "tokenizer": {**spm, "special_ids": config["tokenizer"]["special_ids"]},
+            "tokenizer": {"src": spm[names[1]], "tgt": spm[names[2]],
+                          "special_ids": config["tokenizer"]["special_ids"]},
             "step": config["step"], "exported": config}
 
 
-def check_finite(state: dict[str, torch.Tensor], where: str, advice: str) -> None:
-    """Every floating-point weight finite; else a ModelFolderError naming the first that is not."""
-    for name, tensor in state.items():
-        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-            raise ModelFolderError(f"{where}: its weight {name} holds NaN or infinite values; "
-                                   f"{advice}")
-
-
 @contextmanager
-def _open(file: Path, what: str) -> Iterator[BinaryIO]:
-    """`file` opened by `open_regular` (no link followed, no FIFO waited on)."""
+def _refused_as_folder_error() -> Iterator[None]:
+    """A file refused by `translate.files` (a link, a FIFO, too large, a digest that is not
+    the recorded one) as a ModelFolderError, with what to do about it."""
     try:
-        f = open_regular(file, what=what)
+        yield
     except UnsafeFileError as e:
-        raise ModelFolderError(str(e)) from None
-    with f:
-        yield f
-
-
-def _check_at_most(file: Path, f: BinaryIO, limit: int, what: str) -> None:
-    size = os.fstat(f.fileno()).st_size
-    if size > limit:
-        raise ModelFolderError(f"{file}: {size:,} bytes, over the limit of {limit:,} for a "
-                               f"{what}; is it the file export wrote?")
-
-
-def _contents(f: BinaryIO, file: Path, digests: dict | None) -> bytes:
-    """The file's bytes, once its SHA-256 is the one recorded at export (format 2 and later)."""
-    if digests is not None:
-        if hashlib.file_digest(f, "sha256").hexdigest() != digests[file.name]:
-            raise ModelFolderError(f"{file}: its SHA-256 is not the one recorded at export; the "
-                                   f"file was changed or damaged: export it again")
-        f.seek(0)
-    return f.read()
+        advice = "; export it again" if "SHA-256" in str(e) or "over the limit" in str(e) else ""
+        raise ModelFolderError(f"{e}{advice}") from None
 
 
 def _check_declared_size(file: Path, f: BinaryIO) -> None:
@@ -274,20 +255,14 @@ def _check_inside(file: Path, field: str, name) -> None:
                                f"folder's files are plain names inside it")
 
 
-def _sha256(file: Path) -> str:
-    with open(file, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def _read_config(path: Path) -> dict:
     """config.json, checked to be ours and whole; other models' folders are named for what
     they are."""
     file = path / CONFIG
     if not os.path.lexists(file):
         raise ModelFolderError(f"{path}: incomplete exported model folder: missing {CONFIG}")
-    with _open(file, "model config") as f:
-        _check_at_most(file, f, MAX_CONFIG_BYTES, "config.json")
-        config = _json(f.read(), str(file))
+    with _refused_as_folder_error():
+        config = _json(read_trusted(file, "config.json", MAX_CONFIG_BYTES), str(file))
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         if (path / "model.bin").exists():
             kind = "a CTranslate2 model: load it with ctranslate2.Translator"

@@ -25,11 +25,12 @@ from typing import Optional
 import torch
 from torch import nn
 
-from translate.checkpoint import load_checkpoint
 from translate.config import Recipe
 from translate.config.names import RUN_PRECISIONS
 from translate.engine import PLAIN, Engine, engine_note, quantize_int8, resolve_engine
 from translate.hardware import autocast, pick_device, resolve_precision
+from translate.loading import load_checkpoint
+from translate.locate import Location
 from translate.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -67,11 +68,12 @@ class Ready:
         return autocast(self.device, self.precision)
 
     @classmethod
-    def load(cls, path: str | Path, device: str | torch.device | None = None,
+    def load(cls, path: str | Path | Location, device: str | torch.device | None = None,
              precision: str | None = None, engine: str | None = None,
              option: str = "--device ") -> "Ready":
-        """Load a run folder (its best.pt), a checkpoint file or an exported model folder, and
-        prepare its model; None for `device`, `precision` or `engine` is the default the module
+        """Load a run folder (its best.pt), a checkpoint file or an exported model folder (or
+        its Location, where the caller located it already: translate.loading), and prepare its
+        model; None for `device`, `precision` or `engine` is the default the module
         docstring lists. Errors name a bad device as `option` does (`device=` from Python).
 
         Args:

@@ -5,7 +5,7 @@ import numpy as np
 
 from translate.analysis.attention import attention_figure, attention_maps, heatmap
 from translate.analysis.plots import heatmap_grid
-from translate.checkpoint import load_checkpoint
+from translate.loading import load_checkpoint
 from translate.models.attention import DECODER_SELF
 
 

@@ -11,7 +11,7 @@ import torch
 from helpers.models import untrained_model
 from translate.alignment import record_attention
 from translate.analysis.attention import attention_maps, output_limit, target_ids
-from translate.checkpoint import load_checkpoint
+from translate.loading import load_checkpoint
 from translate.fast import accelerate
 from translate.models.attention import DECODER_SELF, ENCODER_SELF
 from translate.tokens import BOS

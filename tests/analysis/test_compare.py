@@ -13,7 +13,7 @@ from translate.alignment import record_attention
 from translate.analysis.attention import attention_maps
 from translate.analysis.compare import pick_sentences
 from translate.analysis.report import markdown_table
-from translate.checkpoint import load_checkpoint
+from translate.loading import load_checkpoint
 from translate.cli import main
 from translate.data.batch import pad
 from translate.inference import translate_sentences

@@ -11,7 +11,8 @@ import torch
 
 from helpers.files import read_jsonl
 from helpers.models import untrained_model
-from translate.checkpoint import load_checkpoint, save_checkpoint
+from translate.checkpoint import save_checkpoint
+from translate.loading import load_checkpoint
 from translate.export import export
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="the export extra is not installed")

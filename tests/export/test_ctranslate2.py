@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from helpers.files import read_jsonl
-from translate.checkpoint import load_checkpoint, save_checkpoint
+from translate.checkpoint import save_checkpoint
+from translate.loading import load_checkpoint
 from translate.config import load_recipe
 from translate.export import export
 from translate.inference import decode_sentences, translate_sentences

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from translate.checkpoint import load_checkpoint
+from translate.loading import load_checkpoint
 from translate.export import export
 from translate.inference import decode_sentences, translate_sentences
 from translate.ready import Ready

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from helpers.files import read_jsonl
 from helpers.models import untrained_model
-from translate.checkpoint import load_checkpoint, save_checkpoint
+from translate.checkpoint import save_checkpoint
+from translate.loading import load_checkpoint
 from translate.cli import main
 from translate.config import load_recipe
 from translate.export.peer import WHY

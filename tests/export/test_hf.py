@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers.files import read_jsonl
-from translate.checkpoint import load_checkpoint
+from translate.loading import load_checkpoint
 from translate.config import TokenizerConfig, load_recipe
 from translate.data.batch import pad
 from translate.export import ExportError, export

@@ -14,7 +14,7 @@ import yaml
 from helpers.files import read_jsonl
 from helpers.models import untrained_model
 from helpers.training import RECIPES, TINY_OVERRIDES, train_tiny
-from translate.checkpoint import load_checkpoint
+from translate.loading import load_checkpoint
 from translate.data.batch import pad
 from translate.export import export
 from translate.inference import decode_sentences

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.models import untrained_model, with_weights
-from translate.checkpoint import load_checkpoint
+from translate.loading import load_checkpoint
 from translate.config import TrainConfig, load_recipe
 from translate.engine import FAST, PLAIN, TEXTBOOK, fast_engine, resolve_engine
 from translate.fast import accelerate

@@ -9,7 +9,7 @@ import torch
 from click.testing import CliRunner
 
 from helpers.models import untrained_model
-from translate.checkpoint import load_checkpoint
+from translate.loading import load_checkpoint
 from translate.cli import main
 from translate.data.batch import pad
 from translate.engine import FAST

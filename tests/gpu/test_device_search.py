@@ -10,7 +10,7 @@ import torch
 
 from test_search import ToyModel, small_models, A, B
 from translate import gpu, search
-from translate.checkpoint import load_checkpoint
+from translate.loading import load_checkpoint
 from translate.data.batch import pad
 from translate.engine import GPU, PLAIN, resolve_engine
 from translate.inference import decode_sentences

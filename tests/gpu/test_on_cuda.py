@@ -97,7 +97,7 @@ def test_tiny_transformer_trains_and_translates_on_cuda(recipe_path, small_data,
 
 
 def test_cuda_and_cpu_compute_the_same_logits(trained_run):
-    from translate.checkpoint import load_checkpoint
+    from translate.loading import load_checkpoint
 
     loaded = load_checkpoint(trained_run.best_checkpoint)
     src, tgt = load_split(loaded.recipe.data, "test_2016_flickr")
@@ -175,7 +175,7 @@ def test_the_gpu_engines_beam_search_reads_the_device_every_few_steps(trained_ru
     """translate.gpu.search: a handful of host reads per batch against the textbook search's
     several a step, and the same translations."""
     from translate import gpu, search
-    from translate.checkpoint import load_checkpoint
+    from translate.loading import load_checkpoint
     from translate.data.batch import pad
     from translate.search import output_limits
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from helpers.models import with_weights
-from translate.checkpoint import load_checkpoint
+from translate.loading import load_checkpoint
 from translate.alignment import record_attention
 from translate.engine import PLAIN
 from translate.inference import translate_sentences

@@ -179,7 +179,7 @@ def test_attention_modules_declare_their_role_and_layer(model):
 
 
 def test_old_fused_qkv_weights_load_as_three_projections(model):
-    from translate.checkpoint import upgrade_state_dict
+    from translate.weights import upgrade_state_dict
 
     old = {}
     for key, value in model.state_dict().items():  # the layout older versions saved

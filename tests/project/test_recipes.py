@@ -12,7 +12,7 @@ import torch
 
 from helpers.files import read_jsonl
 from helpers.training import TINY_OVERRIDES, train_tiny
-from translate.checkpoint import load_checkpoint
+from translate.loading import load_checkpoint
 from translate.cli import train
 from translate.config import load_recipe
 from translate.models import build_model, count_parameters

@@ -55,10 +55,10 @@ def test_texts_that_are_not_sentences_are_refused_by_name(translator, texts, err
     ({"lenpen": -1.0}, "lenpen: must not be negative"),
     ({"lenpen": "0.6"}, "lenpen must be a number, got '0.6'"),
     ({"lenpen": True}, "lenpen must be a number, got True"),
-    ({"nbest": "2"}, "nbest must be an integer from 1 to the beam size (5), got '2'"),
-    ({"nbest": 0}, "nbest must be an integer from 1 to the beam size (5), got 0"),
+    ({"beam": 5, "nbest": "2"}, "nbest must be an integer from 1 to the beam size (5), got '2'"),
+    ({"beam": 5, "nbest": 0}, "nbest must be an integer from 1 to the beam size (5), got 0"),
     ({"nbest": None}, "got None"),
-    ({"beam": None}, "beam must be a positive integer, got None"),
+    ({"beam": "4"}, "beam must be a positive integer, got '4'"),  # None: the recipe's
     ({"beam": -3}, "beam must be a positive integer, got -3"),
 ])
 def test_decoding_options_out_of_range_are_refused_by_name(translator, options, says):

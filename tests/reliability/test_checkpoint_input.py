@@ -65,7 +65,8 @@ def test_a_recipe_that_runs_code_on_loading_is_refused(tmp_path):
 FULL_DISK_SAVE = """
 import sys
 from pathlib import Path
-from translate.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from translate.checkpoint import CheckpointError, save_checkpoint
+from translate.loading import load_checkpoint
 loaded = load_checkpoint(sys.argv[1])
 try:
     save_checkpoint(Path(sys.argv[2]), loaded.model, loaded.recipe, loaded.tokenizer, step=2)

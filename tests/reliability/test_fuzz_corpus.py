@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from translate.checkpoint import (CheckpointError, load_checkpoint, read_checkpoint,
-                                  write_checkpoint)
+from translate.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from translate.loading import load_checkpoint
 from translate.cli import main
 from translate.config import ConfigError
 from translate.data import DataError

@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 # forked test process from before exec).
 PEAK = """
 import sys
-from translate.checkpoint import CheckpointError, load_checkpoint
+from translate.checkpoint import CheckpointError
+from translate.loading import load_checkpoint
 try:
     load_checkpoint(sys.argv[1])
     print("loaded")

@@ -90,7 +90,8 @@ CASES = [
     # integers of thousands of digits, and numbers out of range
     case("5000-digit beam", "/translate", f'{{"text": "A dog.", "beam": {DIGITS}}}'.encode(),
          "beam must be an integer from 1 to 16, got a 5000-digit number"),
-    case("-5000-digit nbest", "/translate", f'{{"text": "A", "nbest": -{DIGITS}}}'.encode(),
+    case("-5000-digit nbest", "/translate",
+         f'{{"text": "A", "beam": 5, "nbest": -{DIGITS}}}'.encode(),
          "nbest must be an integer from 1 to 5, got a 5000-digit number"),
     case("5000-digit text", "/translate", f'{{"text": {DIGITS}}}'.encode(),
          "text must be a string, not a number"),

@@ -18,7 +18,7 @@ from starlette.testclient import TestClient  # noqa: E402
 
 from helpers.files import read_jsonl  # noqa: E402
 from translate.analysis.attention import CROSS, DECODER_SELF, ENCODER_SELF  # noqa: E402
-from translate.checkpoint import load_checkpoint  # noqa: E402
+from translate.loading import load_checkpoint  # noqa: E402
 from translate.serve import ServeConfig, build_app, load_translator  # noqa: E402
 from translate.serve.attention_json import decode_weights  # noqa: E402
 

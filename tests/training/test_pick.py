@@ -88,11 +88,12 @@ def test_the_rule_keeps_the_higher_and_best_pt_on_a_tie(picked_run, monkeypatch,
 
     monkeypatch.setattr(pick_module, "load_checkpoint", lambda path, device: type(
         "Loaded", (), {"model": None, "tokenizer": None, "recipe": None, "step": 1})())
-    monkeypatch.setattr(pick_module.Ready, "prepare", staticmethod(lambda *a: None))
+    monkeypatch.setattr(pick_module.Ready, "prepare",
+                        staticmethod(lambda *a: type("Ready", (), {"step": 1})()))
     monkeypatch.setattr(pick_module, "evaluate_split",
                         lambda *a: Result(figures[next(steps)]))
     written = []
     metrics = type("Metrics", (), {"write": lambda self, r: written.append(r)})()
     recipe = recipe_from_dict(loaded["recipe"], "recipe", resolved=True)
-    assert pick_on_dev(run, FakeValidation(recipe), metrics) == run / picked
+    assert pick_on_dev(run, FakeValidation(recipe), metrics)[0] == run / picked
     assert written[0]["pick"] == picked and written[0]["dev_bleu"] == figures

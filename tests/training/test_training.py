@@ -5,7 +5,7 @@ import math
 import torch
 from torch import nn
 
-from translate.checkpoint import load_checkpoint
+from translate.loading import load_checkpoint
 from translate.config import DecodeConfig
 from translate.inference import translate_sentences
 from translate.ready import Ready

@@ -35,9 +35,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from translate.checkpoint import load_checkpoint
 from translate.export.peer import ExportError
-from translate.model_folder import DTYPES, is_model_folder, write_model_folder
+from translate.loading import load_checkpoint
+from translate.locate import locate
+from translate.model_folder import DTYPES, write_model_folder
 from translate.utils import NO_ROOM, install_hint
 
 FORMATS = ("inference", "ctranslate2", "hf")
@@ -84,10 +85,9 @@ def export(checkpoint: str | Path, fmt: str, out: str | Path, dtype: str | None 
     """
     out = Path(out)
     _check_options(fmt, out, dtype, quantization)
-    loaded = load_checkpoint(checkpoint)  # checks recipe, tokenizer and weights first
-    source = Path(checkpoint)
-    if source.is_dir() and not is_model_folder(source):
-        source = source / "best.pt"
+    model = locate(checkpoint)
+    loaded = load_checkpoint(model)  # checks recipe, tokenizer and weights first
+    source = model.checkpoint or model.path  # the .pt read, or the exported folder
     tmp = out.parent / f".{out.name}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:

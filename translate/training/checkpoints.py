@@ -23,13 +23,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from translate.checkpoint import (CheckpointError, check_finite, checkpoint_tokenizer,
-                                  read_checkpoint, step_number)
+from translate.checkpoint import (CheckpointError, checkpoint_tokenizer, read_checkpoint,
+                                  step_number)
 from translate.config import ConfigError, Recipe, data_from, recipe_from_dict, resume_overrides
 from translate.run_folder import (RUN_FILE, check_own_checkpoint, check_plain_files, run_id,
                                   write_run_id)
 from translate.tokenizer import Tokenizer
 from translate.training.state import TrainState
+from translate.weights import check_finite
 
 log = logging.getLogger(__name__)
 
@@ -235,8 +236,9 @@ def check_counters(path: Path, checkpoint: dict) -> None:
 def check_state_finite(path: Path, checkpoint: dict) -> None:
     """The weights a run resumes with (the EMA's, the optimizer's own) and the optimizer's
     moments hold no NaN or infinity: a run resumed from them would train on garbage."""
-    check_finite(checkpoint["model"], path)
-    check_finite(checkpoint.get("train_model", {}), path)
+    advice = "the loss diverged before it was saved? Use a checkpoint from before that"
+    check_finite(checkpoint["model"], str(path), advice, CheckpointError)
+    check_finite(checkpoint.get("train_model", {}), str(path), advice, CheckpointError)
     for name, moment in _tensors(checkpoint.get("optimizer", {}), "optimizer"):
         if moment.is_floating_point() and not torch.isfinite(moment).all():
             raise CheckpointError(f"{path}: its {name} holds NaN or infinite values (the loss "

@@ -5,7 +5,8 @@ best greedy dev BLEU, and the raw average of the last `train.keep_last` step che
 classic recipe: Vaswani et al., 2017). Which translates better differs from run to run and
 machine to machine (on Multi30k the EMA won on an AMD EPYC, the average on an Intel Xeon:
 docs/results.md), so with `pick: dev` the run translates dev with both at the decoding beam
-and keeps the better one; a tie keeps `best.pt`. The test splits are then scored with the pick.
+and keeps the better one; a tie keeps `best.pt`. The test splits are then scored with the pick,
+made ready once (`ready_on_run`): the run's end loads no checkpoint twice.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import logging
 from pathlib import Path
 
 from translate.averaging import average_checkpoints, step_checkpoints
-from translate.checkpoint import CheckpointError, load_checkpoint
+from translate.checkpoint import CheckpointError
 from translate.evaluation import evaluate_split
+from translate.loading import load_checkpoint
 from translate.metrics import MetricsLog
 from translate.ready import Ready
 from translate.training.validation import Validation
@@ -40,26 +42,33 @@ def candidates(run_dir: Path, keep_last: int) -> list[Path]:
     return [run_dir / "best.pt", average.path]
 
 
+def ready_on_run(path: Path, validation: Validation) -> Ready:
+    """The run's checkpoint at `path` made ready on the run's device with its engine, as
+    `validation` decodes, and in the recipe's precision resolved for decoding, as `translate
+    evaluate` would (`Ready.prepare`)."""
+    loaded = load_checkpoint(path, validation.device)
+    return Ready.prepare(loaded.model, loaded.tokenizer, validation.device,
+                         validation.recipe.train.precision, validation.engine, loaded.recipe,
+                         loaded.step)
+
+
 def pick_on_dev(run_dir: Path, validation: Validation, metrics: MetricsLog,
-                progress: bool = False) -> Path:
+                progress: bool = False) -> tuple[Path, Ready]:
     """The candidate (`candidates`) with the highest dev BLEU at `decode.beam`, each decoded on
-    the run's device as `translate evaluate` would; the scores go into `metrics` ("pick")."""
+    the run's device as `translate evaluate` would, and its Ready; the scores go into `metrics`
+    ("pick")."""
     recipe = validation.recipe
     paths = candidates(run_dir, recipe.train.keep_last)
     if len(paths) == 1:
-        return paths[0]
-    bleu, steps = {}, {}
+        return paths[0], ready_on_run(paths[0], validation)
+    bleu, readies = {}, {}
     for path in paths:
-        loaded = load_checkpoint(path, validation.device)
-        steps[path.name] = loaded.step
-        ready = Ready.prepare(loaded.model, loaded.tokenizer, validation.device,
-                              recipe.train.precision, validation.engine, loaded.recipe,
-                              loaded.step)
+        ready = readies[path.name] = ready_on_run(path, validation)
         bleu[path.name] = evaluate_split(ready, validation.dev.src, validation.dev.tgt,
                                          recipe.decode, recipe.data.tgt_lang, progress).scores.bleu
     pick = max(paths, key=lambda p: bleu[p.name])  # the first of equals: best.pt
-    metrics.write({"kind": "pick", "step": steps[pick.name], "beam": recipe.decode.beam,
+    metrics.write({"kind": "pick", "step": readies[pick.name].step, "beam": recipe.decode.beam,
                    "dev_bleu": bleu, "pick": pick.name})
     log.info("pick on dev at beam %d: %s (%s)", recipe.decode.beam, pick.name,
              ", ".join(f"{name} {score:.2f}" for name, score in bleu.items()))
-    return pick
+    return pick, readies[pick.name]

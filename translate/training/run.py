@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Optional
 
-from translate.checkpoint import CheckpointError, Loaded, load_checkpoint
+from translate.checkpoint import CheckpointError
 from translate.config import Recipe
 from translate.data.read import load_split
 from translate.evaluation import evaluate_split
@@ -23,7 +23,7 @@ from translate.training.distributed import World, join, together
 from translate.training.graphs import check_recipe
 from translate.training.build import build_trainer, training_device, training_precision
 from translate.training.loop import Interrupted, Trainer
-from translate.training.pick import pick_on_dev
+from translate.training.pick import pick_on_dev, ready_on_run
 from translate.training.sizes import choose_size
 from translate.training.prepare import prepare_data
 from translate.training.validation import Validation
@@ -85,9 +85,9 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
         if not world.is_main:  # rank 0 scores the test splits and reports
             return TrainResult(run_dir, run_dir / "best.pt", -1, steps, -1.0, main=False)
         validation = trainer.validation  # the run's device, precision, engine and data
-        pick = (pick_on_dev(run_dir, validation, trainer.metrics, progress)
-                if recipe.train.pick == "dev" else run_dir / "best.pt")
-        best = load_checkpoint(pick, validation.device)
+        pick, best = (pick_on_dev(run_dir, validation, trainer.metrics, progress)
+                      if recipe.train.pick == "dev" else
+                      (run_dir / "best.pt", ready_on_run(run_dir / "best.pt", validation)))
         scores = test_scores(best, validation, run_dir, trainer.metrics, progress)
         result = TrainResult(run_dir, pick, best.step, steps, trainer.state.best_bleu, scores)
         log.info("%s", summary(result))
@@ -188,16 +188,14 @@ def _say_world_change(before: object, now: int, accum: int) -> None:
                 "them", before, now, accum * now, accum * before, now / before, launch)
 
 
-def test_scores(best: Loaded, validation: Validation, run_dir: Path, metrics: MetricsLog,
+def test_scores(ready: Ready, validation: Validation, run_dir: Path, metrics: MetricsLog,
                 progress: bool) -> dict:
-    """Translate each test split with the best checkpoint, write `<split>.hyp.<lang>` into
-    `run_dir`, log the scores into `metrics` and return them. The model decodes on the run's
-    device with its engine, as `validation` does, and as `translate evaluate` decodes it
-    (`Ready.prepare`: the recipe's precision resolved for decoding), so both give the same
+    """Translate each test split with the picked checkpoint, made ready (`ready_on_run`), write
+    `<split>.hyp.<lang>` into `run_dir`, log the scores into `metrics` and return them. The
+    model decodes on the run's device with its engine, as `validation` does, and as `translate
+    evaluate` decodes it (the recipe's precision resolved for decoding), so both give the same
     scores; the splits are read from the run's data (`validation.source`)."""
     recipe, trained_in = validation.recipe, validation.precision
-    ready = Ready.prepare(best.model, best.tokenizer, validation.device, recipe.train.precision,
-                          validation.engine, best.recipe, best.step)
     precision = ready.precision
     if precision != trained_in and recipe.data.test_splits:
         log.info("test decode in %s, training ran in %s: precision %s picks each on its own "
@@ -210,7 +208,7 @@ def test_scores(best: Loaded, validation: Validation, run_dir: Path, metrics: Me
         (run_dir / f"{split}.hyp.{recipe.data.tgt_lang}").write_text(
             "".join(h + "\n" for h in result.hypotheses), encoding="utf-8")
         scores = results[split] = result.scores
-        metrics.write({"kind": "test", "step": best.step, "split": split, "bleu": scores.bleu,
+        metrics.write({"kind": "test", "step": ready.step, "split": split, "bleu": scores.bleu,
                        "chrf": scores.chrf, "legacy_bleu": scores.legacy_bleu,
                        "bleu_signature": scores.bleu_signature})
     return results

@@ -19,7 +19,6 @@ from typing import Optional
 import torch
 from torch import nn
 
-from translate.checkpoint import upgrade_state_dict
 from translate.config import TrainConfig
 from translate.data.batch import Batch
 from translate.training.batch_loss import BatchLoss
@@ -28,6 +27,7 @@ from translate.training.graphs import StepGraphs
 from translate.training.optim import (ema_decay, plain_numbers, restore_lr_tensors, step_unless,
                                       update_ema, write_lr)
 from translate.training.state import TrainingError, TrainState
+from translate.weights import upgrade_state_dict
 
 log = logging.getLogger(__name__)
 
