@@ -36,7 +36,12 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `gpu` skip, saying why, unless run with `-m gpu` on a machine with CUDA."""
+    """Every test in tests/reliability/ is marked `reliability` (as are the files beside their
+    rooms that mark themselves); tests marked `gpu` skip, saying why, unless run with `-m gpu`
+    on a machine with CUDA."""
+    for item in items:
+        if "reliability" in item.path.parts:
+            item.add_marker(pytest.mark.reliability)
     if torch.cuda.is_available():
         return
     reason = "needs a CUDA device" if config.getoption("markexpr") == "gpu" else \

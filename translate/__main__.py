@@ -1,5 +1,8 @@
 """`python -m translate` and the `translate` command: `translate train` first moves under a
-faster allocator where the system has one (translate.allocator), then the command runs."""
+faster allocator where the system has one (translate.allocator), then the command runs.
+
+Tests: tests/test_cli.py, tests/test_allocator.py.
+"""
 
 import sys
 

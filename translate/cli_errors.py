@@ -1,5 +1,8 @@
 """How a `translate` command fails: a user error is one `Error:` line and exit code 1, and so is
-anything unforeseen (a bug), unless --verbose or TRANSLATE_DEBUG=1 asks for its traceback."""
+anything unforeseen (a bug), unless --verbose or TRANSLATE_DEBUG=1 asks for its traceback.
+
+Tests: tests/test_cli.py, tests/reliability/test_hostile_input.py.
+"""
 
 from __future__ import annotations
 

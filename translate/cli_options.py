@@ -1,7 +1,10 @@
 """The command line's shared vocabulary: options several commands take, and parameter types.
 
 --device, --precision and --engine default to None: `translate.ready.Ready.load` decides what
-None means, for the commands and the Python API alike."""
+None means, for the commands and the Python API alike.
+
+Tests: tests/test_ready.py, tests/test_cli.py.
+"""
 
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ never replaced. An output that is the same file as the input, standard input, th
 or a checkpoint of any name is refused before anything is opened for writing, as is standard
 output that is the input file (`> input.en`, `>> input.en`). `decode_file` is the whole
 command: load, check, translate.
+
+Tests: tests/test_cli.py, tests/test_loading.py, tests/reliability/test_named_files.py.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ engine gives the same translations to float rounding.
     fast       translate/fast/'s modules swapped in: the CPU default; attention's Q, K and V
                in one matmul (`fast_engine(fuse_qkv=False)`: three, for an A/B)
     gpu        plain, with translate/gpu/'s searches, which read the device every few steps
+
+Tests: tests/fast/test_fast_engine.py, tests/test_ready.py, tests/test_config.py.
 """
 
 from __future__ import annotations

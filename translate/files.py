@@ -15,6 +15,9 @@ models).
 `same_file` and `kind_of` serve the checks that keep a command from writing over what it reads:
 two paths are the same file when their device and inode are (hard links and symbolic links
 included), and standard input and output are files too (`translate decode -o x < x`).
+
+Tests: tests/reliability/test_named_files.py, tests/reliability/test_export_input.py,
+tests/test_locate.py.
 """
 
 from __future__ import annotations

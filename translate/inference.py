@@ -4,6 +4,8 @@
 `compare`, `tune-beam`, the API and the server, training's dev and test decodes), greedy or beam
 search by what is asked; it decodes with a `translate.ready.Ready`, the model made ready once
 for its device, precision and engine.
+
+Tests: tests/test_search.py, tests/test_cli.py, tests/test_api.py.
 """
 
 from __future__ import annotations

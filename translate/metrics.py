@@ -1,4 +1,7 @@
-"""The run's metrics log: one JSON object a line (metrics.jsonl), mirrored to TensorBoard."""
+"""The run's metrics log: one JSON object a line (metrics.jsonl), mirrored to TensorBoard.
+
+Tests: tests/training/test_training.py, tests/training/test_step.py.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Data paths written relative to a folder (a run's, a saved recipe's) and read back from it."""
+"""Data paths written relative to a folder (a run's, a saved recipe's) and read back from it.
+
+Tests: tests/test_loading.py (a run's data path read relative to its folder),
+tests/project/test_new_user.py.
+"""
 
 from __future__ import annotations
 

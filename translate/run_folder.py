@@ -21,6 +21,8 @@ While a run trains, it holds an exclusive lock on `RUN_DIR/.lock` (`fcntl.flock`
 `translate train` on the folder is refused with the holder's process id. The kernel drops the
 lock when the holder exits or is killed, so a crashed run never leaves a stale lock behind. A
 `.lock` that is a symbolic link or not a regular file is refused, never opened through.
+
+Tests: tests/test_run_folder.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@
 "legacy", the BLEU most Multi30k papers report: lowercased, Moses-tokenized text scored with
 tokenize=none. `paired_bootstrap` runs sacreBLEU's significance test between systems;
 `bleu_by_length` splits BLEU by source length.
+
+Tests: tests/test_evaluation.py, tests/analysis/test_compare.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Kept apart from `translate.tokenizer` so that models and search, which need only these four
 numbers, do not import SentencePiece.
+
+Tests: tests/test_tokenizer.py, tests/test_search.py.
 """
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3

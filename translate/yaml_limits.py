@@ -10,6 +10,8 @@ the limits it is refused before anything is expanded.
 A key given twice in one mapping is refused by name, with both lines: YAML's loaders keep the
 last silently, so a second `train:` section would drop the first without a word. (Keys merged in
 with `<<: *anchor` are overridden by the mapping's own, as YAML means them to be.)
+
+Tests: tests/reliability/test_hostile_input.py, tests/reliability/test_resume_adoption.py.
 """
 
 from __future__ import annotations

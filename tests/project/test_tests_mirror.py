@@ -76,3 +76,49 @@ def test_a_misplaced_test_file_is_named(tmp_path):
         "tests/test_batching.py: no translate/batching.py or translate/batching/ (move it to the "
         "folder of the room it tests)",
         "test_read.py: tests/data/test_read.py and tests/project/test_read.py share a name"]
+
+
+def untested(package: Path, tests: Path) -> list[str]:
+    """Each module of the package with neither its test file (translate/X.py: tests/test_X.py,
+    translate/P/M.py: tests/P/test_M.py) nor a docstring line "Tests: FILE, ..." whose files
+    all exist; a line each."""
+    import ast
+    import re
+
+    found = []
+    for module in sorted(package.rglob("*.py")):
+        if module.name == "__init__.py" or "__pycache__" in module.parts:
+            continue  # a package's map; its folder of tests is checked above
+        rel = module.relative_to(package)
+        own = tests.joinpath(*rel.parts[:-1], f"test_{module.stem}.py")
+        if own.is_file():
+            continue
+        doc = ast.get_docstring(ast.parse(module.read_text(encoding="utf-8"))) or ""
+        named = re.findall(r"tests/[\w/]+\.py", doc.split("Tests:", 1)[1]) if "Tests:" in doc \
+            else []
+        if not named:
+            found.append(f"{package.name}/{rel.as_posix()}: no {own.relative_to(tests.parent)}"
+                         f" and no \"Tests:\" line in its docstring")
+        found += [f"{package.name}/{rel.as_posix()}: its Tests: line names {name}, which is not "
+                  f"there" for name in named if not (tests.parent / name).is_file()]
+    return found
+
+
+def test_every_module_has_its_tests_or_says_where_they_are():
+    assert untested(PACKAGE, TESTS) == []
+
+
+def test_a_module_without_tests_is_named(tmp_path):
+    package, tests = tmp_path / "translate", tmp_path / "tests"
+    (package / "data").mkdir(parents=True)
+    tests.mkdir()
+    (package / "search.py").write_text('"""Search."""\n')
+    (tests / "test_search.py").touch()
+    (package / "data/read.py").write_text('"""Read.\n\nTests: tests/test_search.py."""\n')
+    assert untested(package, tests) == []
+    (package / "loss.py").write_text('"""The loss."""\n')
+    (package / "data/batch.py").write_text('"""Batch.\n\nTests: tests/data/test_gone.py."""\n')
+    assert untested(package, tests) == [
+        "translate/data/batch.py: its Tests: line names tests/data/test_gone.py, which is not "
+        "there",
+        "translate/loss.py: no tests/test_loss.py and no \"Tests:\" line in its docstring"]

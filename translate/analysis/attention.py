@@ -7,6 +7,8 @@ beam candidate, a reference); each module's `role` and `layer` say what it is.
 for a checkpoint (`translate attention`).
 
 Shapes: H heads, S source pieces, T target pieces.
+
+Tests: tests/analysis/test_attention_maps.py, tests/analysis/test_attention_figures.py.
 """
 
 from __future__ import annotations

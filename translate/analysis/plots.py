@@ -1,5 +1,9 @@
 """Figures (matplotlib, Agg backend, written as PNG): learning curves from run folders' metrics
-logs, BLEU by sentence length, attention heatmaps."""
+logs, BLEU by sentence length, attention heatmaps.
+
+Tests: tests/analysis/test_curve.py, tests/analysis/test_reach.py,
+tests/analysis/test_attention_figures.py.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The comparison report: Markdown (tables, relative figure links) and factual sentences, written
-from the dict that `translate.analysis.compare.compare` saves as results.json."""
+from the dict that `translate.analysis.compare.compare` saves as results.json.
+
+Tests: tests/analysis/test_compare.py.
+"""
 
 from __future__ import annotations
 

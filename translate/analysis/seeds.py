@@ -4,6 +4,8 @@
 `valid` record) and, per test split, the BLEU and chrF of its `test` records (the last one of a
 split, should a resumed run have scored it twice). `seed_groups(systems)` gathers the systems of
 a comparison into groups by the `-seedN` ending `translate train --seeds` gives their folders.
+
+Tests: tests/training/test_seeds.py, tests/reliability/test_seeds_input.py.
 """
 
 from __future__ import annotations

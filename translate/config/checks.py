@@ -1,4 +1,7 @@
-"""A recipe section's checks: its keys, each value's type and range, and the rules across fields."""
+"""A recipe section's checks: its keys, each value's type and range, and the rules across fields.
+
+Tests: tests/test_config.py, tests/reliability/test_hostile_input.py.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@
 A recipe saved in a folder (a run folder's recipe.yaml, a checkpoint) names a local data folder
 relative to that folder (`data_relative_to`), and is read back from there (`data_from`), so that
 a run finds its data from any working directory.
+
+Tests: tests/test_config.py, tests/test_checkpoint.py (recipes of older runs).
 """
 
 from __future__ import annotations

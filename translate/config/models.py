@@ -6,6 +6,8 @@ each config's parameter count from the config alone.
     RNNConfig           the attention RNN encoder-decoder (translate.models.rnn)
 
 The models import their config from here; the recipe imports no model.
+
+Tests: tests/test_config.py, tests/models/test_transformer.py (parameter counts).
 """
 
 from __future__ import annotations

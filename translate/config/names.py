@@ -4,6 +4,8 @@ The modules that act on them import them from here: `translate.engine` (the engi
 `translate.hardware` (the precisions), `translate.models` (the activations, norms and query
 norms); tests/config/test_names.py checks that each runtime's table has exactly these names.
 The recipe never imports a runtime module.
+
+Tests: tests/test_config.py, tests/project/test_layers.py.
 """
 
 # train.engine and --engine: `auto` picks one for the device (translate.engine.resolve_engine).

@@ -12,6 +12,8 @@ A field's `metadata` says which values its type allows that a recipe may not hol
     pair     two fractions in [0, below): their meaning, for the error
 
 Every number must be finite.
+
+Tests: tests/test_config.py.
 """
 
 from __future__ import annotations

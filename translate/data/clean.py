@@ -1,4 +1,7 @@
-"""Clean: the text rules a training pair passes before encoding, the length rules after."""
+"""Clean: the text rules a training pair passes before encoding, the length rules after.
+
+Tests: tests/data/test_read.py.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Encode: text to token ids, in worker processes or in memory, held as flat arrays."""
+"""Encode: text to token ids, in worker processes or in memory, held as flat arrays.
+
+Tests: tests/data/test_cache.py, tests/data/test_batch.py.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Rows, as reading yields them a chunk at a time, parsed into (source, target) texts."""
+"""Rows, as reading yields them a chunk at a time, parsed into (source, target) texts.
+
+Tests: tests/data/test_read.py, tests/reliability/test_fuzz_corpus.py.
+"""
 
 from __future__ import annotations
 

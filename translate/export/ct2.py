@@ -39,6 +39,8 @@ Where CTranslate2's search is not ours, and what `decode` asks of `translate_bat
 What still differs: at the step past the limit ours allows only EOS, scored; CT2 cannot force
 it, and keeps its best tokens as they are. A sentence whose search reaches the limit may end
 differently (2 of 100 sentences on the tests' sample with beam 5, none greedy).
+
+Tests: tests/export/test_ctranslate2.py.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ tokenizer_config.json's `auto_map`, names, even in another repository ("repo--mo
 and custom_generate/generate.py. `check_exported` refuses, before any of it runs, a folder whose
 sealed files changed after the export, whose modeling file is not this translate's, that holds
 other Python files, or whose maps name anything but the classes of its own modeling file.
+
+Tests: tests/export/test_hf.py, tests/reliability/test_hf_export_input.py.
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ What it computes is translate/models/transformer.py's model, option for option:
               projection the target embedding; a tied weight is one parameter, stored once
 
 Shapes: B batch, S source length, T target length, D width, H heads, Dh = D / H, V vocabulary.
+
+Tests: tests/export/test_hf.py, tests/export/test_hf_remote.py.
 """
 
 import math

@@ -4,6 +4,8 @@ converters (ctranslate2, hf) take (`transformer_only`).
 A module of its own below the package's `export()`, which imports the converters: the
 converters import these from here, so no module of translate.export imports one that imports
 it back.
+
+Tests: tests/export/test_export_cli.py, tests/export/test_ctranslate2.py.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ What it changes, each measured on a 2-core CPU (docs/results.md):
 
 Shapes: B query rows, Bc context rows (B = Bc * G, G beams per sentence), T queries, S keys,
 D model width, H heads, Dh = D / H.
+
+Tests: tests/fast/test_fast_engine.py.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ in; each keeps its parameters, its state dict and the textbook's results (to flo
   ByteDropout                dropout masks from one random byte per element on the CPU
 
 Shapes: B hypotheses, Bc sentences (B = Bc * G), S source length, D model width.
+
+Tests: tests/fast/test_fast_engine.py.
 """
 
 from __future__ import annotations

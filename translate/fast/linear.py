@@ -8,6 +8,8 @@ devices keep `F.linear`; the results agree to float rounding.
 
 `linear(x, layers)` computes several layers that read the same input with one matmul (their
 weights side by side), as self-attention's Q, K and V projections.
+
+Tests: tests/fast/test_fast_engine.py, tests/fast/test_quantize.py.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ tests/fast/test_fast_loss.py.
     p_ij = log softmax(x_i)_j
     loss_i = -(1 - eps) * p_{i, y_i} - eps * mean_j p_ij            (= PyTorch's definition)
     d loss_i / d x_ij = softmax(x_i)_j - (1 - eps) * [j == y_i] - eps / V
+
+Tests: tests/fast/test_fast_loss.py.
 """
 
 from __future__ import annotations

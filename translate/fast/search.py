@@ -6,6 +6,8 @@ winners become log-probabilities; the normalizer takes e^x as 2^(x log2 e) (PyTo
 picks the best chunks of about 100 columns.
 
 Shapes: N rows, V vocabulary, k candidates per row.
+
+Tests: tests/fast/test_fast_engine.py.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ only scales them by the loss's incoming gradient. Peak memory is a few (chunk, V
 instead of several (N, V) ones; the work is the same three matmuls autograd would do. Positions
 whose target is `ignore_index` count for nothing. tests/gpu/test_chunked_loss.py checks the
 loss and every gradient against `translate.loss` on the projected logits.
+
+Tests: tests/gpu/test_chunked_loss.py, tests/gpu/test_on_cuda.py.
 """
 
 from __future__ import annotations

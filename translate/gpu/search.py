@@ -21,6 +21,8 @@ otherwise, as rows then run in batches of other sizes (tests/gpu/test_device_sea
 Greedy search is the same loop with one beam.
 
 Shapes: B batch, K beam, N = live * width rows, V vocabulary, L longest output.
+
+Tests: tests/gpu/test_device_search.py, tests/gpu/test_on_cuda.py.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ Feeding `decode` the whole prefix at once or one token per call gives the same l
 carries what the decoder keeps between steps (caches, a recurrent state) and what it reads of the
 memory. Beam search moves hypotheses between rows with `state.reorder_beams(rows)` and drops
 finished sentences with `state.select(rows)`.
+
+Tests: tests/models/test_transformer.py, tests/models/test_rnn.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """/attention's answer: one sentence's attention maps as JSON, every weight in a compact string.
 
 Shapes: H heads, S source pieces, T target pieces.
+
+Tests: tests/serve/test_app.py, tests/serve/test_browser.py.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ finish a call nobody will read: `stop` ends it at its next Python line (between 
 operations) and waits for the thread, as a thread still inside torch when the interpreter exits
 aborts the process (C++'s `terminate`). `wait_ms` of 0 and `max_batch` of 1 give one call a
 sentence.
+
+Tests: tests/serve/test_serve_batching.py.
 """
 
 from __future__ import annotations

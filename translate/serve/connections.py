@@ -13,6 +13,8 @@ process's descriptors, after which no one, `/health` included, is answered, and 
     the log          errors of the event loop's `accept()` are logged once per 10 s, counted
 
 The body is the app's to time (`read_json`'s `body_timeout`).
+
+Tests: tests/reliability/test_serve_hostile.py.
 """
 
 from __future__ import annotations

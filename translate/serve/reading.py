@@ -9,6 +9,8 @@ mark or is not JSON; NaN and Infinity (not JSON); a field given twice (which one
 nesting past the recursion limit; an integer of over `MAX_DIGITS` digits (kept as its length,
 `LongNumber`, which no field takes); a text with a lone surrogate. Errors show a value cut
 short and escaped (`shown`), never the request echoed back.
+
+Tests: tests/reliability/test_serve_malformed.py, tests/serve/test_app.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""A batch's loss under teacher forcing, as a training step and the dev loss compute it."""
+"""A batch's loss under teacher forcing, as a training step and the dev loss compute it.
+
+Tests: tests/training/test_step.py, tests/training/test_plain_step.py.
+"""
 
 from __future__ import annotations
 

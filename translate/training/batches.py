@@ -1,5 +1,8 @@
 """The train split as a run's batches: each epoch's order, fixed by the seed and the epoch, and
-each batch's tensors, its pairs segmented afresh when the recipe samples subwords."""
+each batch's tensors, its pairs segmented afresh when the recipe samples subwords.
+
+Tests: tests/training/test_loop.py, tests/training/test_subword_sampling.py.
+"""
 
 from __future__ import annotations
 

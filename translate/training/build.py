@@ -4,7 +4,10 @@ average, optimizers and loss scaler built.
 
 Training resolves its device (`training_device`), precision (`training_precision`) and engine
 here and nowhere else, as decoding does in `translate.ready`: training's `auto` precision is
-chosen for training (bf16 only where it trains faster), decoding's for decoding."""
+chosen for training (bf16 only where it trains faster), decoding's for decoding.
+
+Tests: tests/training/test_freed_memory.py, tests/reliability/test_step_numerics.py.
+"""
 
 from __future__ import annotations
 

@@ -10,6 +10,9 @@ from and whether it may, and which step checkpoints to drop.
     load_run_recipe, resume_point      the recipe a resumed run trains with; the checkpoint
                                        it resumes from, checked against it
     drop_old_steps                     train.keep_last
+
+Tests: tests/training/test_checkpoints.py (the resume policy),
+tests/reliability/test_checkpoint_input.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """`train.compile`: which engine a compiled run takes, and `torch.compile` once it is known to
-work on this machine."""
+work on this machine.
+
+Tests: tests/training/test_compile.py.
+"""
 
 from __future__ import annotations
 

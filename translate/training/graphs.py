@@ -18,6 +18,8 @@ they share one memory pool. Nothing in the step reads a value on the host.
 
 `StepGraphs.step` runs the same code whether it records or not. On a CPU there are no graphs and
 it runs as written, which the tests compare with `Updater.step`.
+
+Tests: tests/training/test_cuda_graphs.py, tests/reliability/test_cuda_graphs_input.py.
 """
 
 from __future__ import annotations

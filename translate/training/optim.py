@@ -1,6 +1,9 @@
 """The optimizers (AdamW; with `train.optimizer: muon`, Muon for the hidden matrices beside it),
 their learning-rate schedule (`lr_scale`, a pure function the trainer calls each step; the rate
-written into the optimizers' parameter groups by `write_lr`) and the weight average (EMA)."""
+written into the optimizers' parameter groups by `write_lr`) and the weight average (EMA).
+
+Tests: tests/training/test_optimizers.py, tests/training/test_schedule.py.
+"""
 
 from __future__ import annotations
 

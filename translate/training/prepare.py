@@ -1,4 +1,7 @@
-"""What a run trains on: the cleaned, encoded train split, the tokenizer and the dev split."""
+"""What a run trains on: the cleaned, encoded train split, the tokenizer and the dev split.
+
+Tests: tests/training/test_training.py, tests/data/test_cache.py.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """`train`: a recipe in, a run folder out (recipe, tokenizer, checkpoints, metrics log, logs and
-the test splits' translations)."""
+the test splits' translations).
+
+Tests: tests/training/test_training.py, tests/reliability/test_nothing_lost.py,
+tests/test_run_folder.py.
+"""
 
 from __future__ import annotations
 

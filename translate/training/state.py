@@ -1,5 +1,8 @@
 """Where training stands: `TrainState`, the one list of counters a checkpoint saves and a resume
-restores, and the budget they are measured against."""
+restores, and the budget they are measured against.
+
+Tests: tests/training/test_schedule.py.
+"""
 
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ a validation run (`Updater.settle`). A step whose loss was NaN or infinite on so
 makes no update, decided on the device (`optim.step_unless`); it is counted, warned about and
 stopped on (`train.max_bad_losses`) when the figures are read. On the CPU, where reading a
 value costs nothing, the flag is read at once and such a step is not counted at all.
+
+Tests: tests/training/test_step.py, tests/reliability/test_loop_signals.py.
 """
 
 from __future__ import annotations

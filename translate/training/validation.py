@@ -1,5 +1,8 @@
 """Validation: the dev loss, and the BLEU of the dev split (and any monitored split) translated
-the way `translate decode` would, with validation's own beam (`train.valid_beam`)."""
+the way `translate decode` would, with validation's own beam (`train.valid_beam`).
+
+Tests: tests/training/test_validation_probe.py.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""A user's files survive `average`, `train --overwrite` and a hostile `.lock`: each misuse is
-refused in one line with every byte of the folder unchanged; what is allowed touches only what
-the command itself wrote."""
+"""The run folder (translate/run_folder.py): its run.json, its claim and its lock. A user's files
+survive `average`, `train --overwrite` and a hostile `.lock`: each misuse is refused in one line
+with every byte of the folder unchanged; what is allowed touches only what the command itself
+wrote. (Marked `reliability`: misuse, beside its room.)"""
 
 import json
 import os
@@ -12,6 +13,8 @@ import pytest
 from helpers.cli import cli, refused, sets
 from helpers.training import TINY_OVERRIDES
 from translate.checkpoint import read_checkpoint, write_checkpoint
+
+pytestmark = pytest.mark.reliability
 
 SHORT = [*TINY_OVERRIDES, "train.eval_every=10", "train.log_every=5", "train.keep_last=5",
          "data.test_splits=[test_2016_flickr]"]

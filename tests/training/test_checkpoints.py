@@ -1,4 +1,6 @@
-"""Resume: a run stopped halfway and resumed equals the run that was never stopped."""
+"""The resume policy (translate/training/checkpoints.py): which checkpoint a stopped run goes on
+from, checked against its recipe, and a run stopped halfway and resumed equals the run that was
+never stopped. (Marked `reliability`: failures, beside their room.)"""
 
 import json
 import logging
@@ -15,6 +17,8 @@ from translate.checkpoint import CheckpointError, read_checkpoint, write_checkpo
 from translate.config import load_recipe
 from translate.training.checkpoints import load_run_recipe, newest_checkpoint
 from translate.training import train
+
+pytestmark = pytest.mark.reliability
 
 STEPS = 40
 # Dropout on, so equal losses prove the random state came back; batches of about 4000 tokens,
