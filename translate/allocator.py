@@ -2,13 +2,12 @@
 tcmalloc) where the system has one; glibc's otherwise.
 
 A CPU training run allocates and frees tensors of ever-changing shapes thousands of times a
-minute. On an Intel Xeon with AMX (bf16 training) glibc's heap fragments under that: a run held
-5.2 GB after 1,200 steps, and its steps slowed as it went on (4,900 target tokens/s at the start
-of an hour, 2,200-2,500 after 1,500 steps; a fresh process resumed from the same checkpoint
-starts fast again). Under jemalloc the same run held 1.7 GB, and its steps were 8-12% faster
-than glibc's after 800 steps, 25% slower in the first 100 (docs/results.md). On the AMD EPYC
-and the Intel Xeon without AMX (fp32) glibc's steps kept their pace over whole hours, so `auto`
-leaves them alone. An allocator can only be swapped as a process starts, so `translate train`
+minute. On an Intel Xeon with AMX (bf16 training) glibc's heap fragments under that: a run's
+memory grows several-fold and its steps slow as it goes on (a fresh process resumed from the
+same checkpoint starts fast again); under jemalloc it holds a third of that and keeps its pace
+after a slower start (the figures: docs/results.md, "The allocator"). On the AMD EPYC and the
+Intel Xeon without AMX (fp32) glibc's steps kept their pace over whole hours, so `auto` leaves
+them alone. An allocator can only be swapped as a process starts, so `translate train`
 starts itself once more with the library in LD_PRELOAD before it imports anything else. Only
 the standard library is imported here.
 

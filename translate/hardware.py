@@ -157,9 +157,9 @@ def keep_freed_memory() -> bool:
 
     glibc maps each allocation over its threshold (32 MB at most) fresh from the OS and unmaps
     it when freed, so each CPU training step pays for the pages of its (N, V) logits and their
-    gradients anew: about 90k page faults a step, without which the Multi30k recipes train
-    1.08x as fast. With this, every allocation comes from the heap and freed memory stays
-    there; the peak grows by what fragments (0.2-0.55 GB there; docs/results.md).
+    gradients anew: tens of thousands of page faults a step, without which the Multi30k recipes
+    train faster. With this, every allocation comes from the heap and freed memory stays there;
+    the peak grows by what fragments (the figures: docs/results.md, `train.keep_freed_memory`).
     """
     if platform.libc_ver()[0] != "glibc":
         return False

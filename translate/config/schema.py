@@ -152,7 +152,7 @@ class TrainConfig:
     # torch CPU threads; 0: torch's default
     threads: int = field(default=0, metadata={"max": 4096})
     # on the CPU, glibc keeps freed memory for reuse instead of mapping big blocks afresh each
-    # step (translate.hardware.keep_freed_memory): ~8% faster steps, 0.2-0.55 GB more peak memory
+    # step (translate.hardware.keep_freed_memory): faster steps, a higher peak (docs/results.md)
     keep_freed_memory: bool = True
     # torch.compile the training forward (with the plain engine; inductor needs a C++ compiler
     # on the CPU and Triton on a GPU); validation and decoding run the model as it is
