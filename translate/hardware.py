@@ -7,6 +7,7 @@
     cpu_*                the CPU's features (AMX, AVX512-BF16, vendor), which `auto` reads
     keep_freed_memory    glibc keeps freed memory for reuse (`train.keep_freed_memory`)
     check_fits_in_memory the RAM guard: weights that could never fit refused before allocating
+    resident_memory      this process's resident memory now and at its peak, for the logs
 
 The precision names are the recipe's (translate.config.names): `train.precision`, the
 `--precision` option and the error messages read them there. Decoding resolves them in
@@ -177,6 +178,27 @@ def physical_memory() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         return 0
+
+
+def resident_memory() -> tuple[Optional[int], Optional[int]]:
+    """This process's resident memory in bytes: (now, the peak so far); None for what the
+    platform does not say (now: Linux's /proc only; the peak: any POSIX system)."""
+    now = peak = None
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            now = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+        # ru_maxrss: kilobytes on Linux, bytes on macOS
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak *= 1 if platform.system() == "Darwin" else 1024
+    except (ImportError, OSError, ValueError):
+        pass
+    if now is not None and peak is not None:  # the kernel updates its high-water mark lazily
+        peak = max(peak, now)
+    return now, peak
 
 
 def check_fits_in_memory(weight_bytes: int, what: str) -> None:

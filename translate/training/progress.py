@@ -39,11 +39,12 @@ class TrainingBar:
 
     def show_record(self, record: dict, window, epoch: int) -> None:
         """After a train `record` of the steps in `window` (a LogWindow): the loss, the rate,
-        steps/s, target tokens/s, the last dev BLEU and the epoch."""
+        steps/s, target tokens/s, the last dev BLEU, the epoch and the resident memory."""
         steps_s = len(window.losses) / max(window.seconds, 1e-9)
         dev = {} if self.dev is None else {"dev": f"{self.dev:.1f}"}
+        memory = {"mem": f"{record['rss_mb'] / 1024:.2f}G"} if "rss_mb" in record else {}
         self.show(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}", steps_s=f"{steps_s:.2f}",
-                  tok_s=f"{record['tok_per_s']:.0f}", **dev, ep=epoch)
+                  tok_s=f"{record['tok_per_s']:.0f}", **dev, ep=epoch, **memory)
 
     def close(self) -> None:
         self.bar.close()

@@ -18,6 +18,7 @@ from translate.checkpoint import CheckpointError
 from translate.config import Recipe
 from translate.data.read import load_split
 from translate.evaluation import evaluate_split
+from translate.hardware import resident_memory
 from translate.metrics import MetricsLog
 from translate.ready import Ready
 from translate.tokenizer import Tokenizer
@@ -108,6 +109,9 @@ def summary(result: TrainResult) -> str:
                  f"{result.best_step} of {result.steps})"]
     lines += [f"\n== {split} ==\n{scores.summary()}"
               for split, scores in result.test_scores.items()]
+    _, peak = resident_memory()
+    if peak:
+        lines.append(f"\npeak resident memory: {peak / 1e9:.2f} GB")
     return "\n".join(lines + [f"\nrun folder: {result.run_dir}"])
 
 

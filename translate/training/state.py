@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 from translate.config import TrainConfig
+from translate.hardware import resident_memory
 from translate.metrics import LogWindow
 
 
@@ -81,13 +82,17 @@ def validation_due(cfg: TrainConfig, state: TrainState, since_eval: float) -> bo
 
 
 def train_record(state: TrainState, lr: float, world_size: int) -> dict:
-    """The metrics log's train record: the averages of the window's settled steps."""
+    """The metrics log's train record: the averages of the window's settled steps, and this
+    process's resident memory now and at its peak (MiB; absent where the platform does not say)."""
     w = state.window
+    rss, peak = resident_memory()
+    memory = {name: round(value / 2**20, 1) for name, value in (("rss_mb", rss),
+              ("peak_rss_mb", peak)) if value is not None}
     return {"kind": "train", "step": state.step, "epoch": state.epoch,
             "loss": sum(w.losses) / len(w.losses), "lr": lr,
             "tok_per_s": w.tokens / max(w.seconds, 1e-9), "elapsed": state.elapsed,
             "train_seconds": state.train_seconds, "world_size": world_size,
-            "step_tokens": w.tokens / len(w.losses)}  # target tokens per step, all ranks
+            "step_tokens": w.tokens / len(w.losses), **memory}  # step_tokens: all ranks
 
 
 def valid_record(state: TrainState, losses: dict, bleus: dict, improved: bool) -> dict:
