@@ -261,7 +261,8 @@ def words_figure(model, tok, maps, src_ids: list[int], out: Path, top: int = 6) 
     ax.bar(range(len(parts)), [v / 1e6 for v in parts.values()])
     ax.set_xticks(range(len(parts)), list(parts), rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("million parameters", fontsize=7)
-    ax.set_title(f"{total / 1e6:.1f}M parameters; one {V:,} x {D}\nmatrix reads and writes",
+    # three short lines: a title wider than its narrow panel ran off the figure's edge
+    ax.set_title(f"{total / 1e6:.1f}M parameters;\none {V:,} x {D} matrix\nreads and writes",
                  fontsize=8)
     fig.suptitle(f"“{maps.translation}”: softmax(states · Eᵀ) at four positions", fontsize=9)
     save_figure(fig, out / "words.png")
@@ -319,9 +320,15 @@ def heads_figure(maps, out: Path) -> None:
 
 
 def roles_figure(maps, out: Path) -> None:
-    """The three roles (rows) at every layer (columns), heads averaged."""
-    plot_heatmaps([[heatmap(maps, module) for module in modules_of(maps, role)]
-                   for role in ROLES], out / "roles.png", f"“{maps.translation}”",
+    """The three roles (rows) at every layer (columns), heads averaged (said once, in the
+    figure's title: the panels' own titles, "decoder causal self-attention, layer 1, heads
+    averaged", ran into each other)."""
+    def panel(module: str) -> Heatmap:
+        shown = heatmap(maps, module)
+        return replace(shown, title=shown.title.removesuffix(", heads averaged"))
+
+    plot_heatmaps([[panel(module) for module in modules_of(maps, role)] for role in ROLES],
+                  out / "roles.png", f"“{maps.translation}”, heads averaged",
                   max_columns=len(modules_of(maps, CROSS)))
 
 
@@ -414,8 +421,9 @@ def training_figure(run_dir: Path, out: Path, epsilon: float = 0.1, vocab: int =
     axes[3].set_xticks(range(shown), ["gold" if i == 3 else "" for i in range(shown)])
     axes[3].set_xlabel(f"pieces of the vocabulary (12 of {vocab:,})")
     axes[3].set_ylabel("target probability")
-    axes[3].set_title(f"label smoothing ε = {epsilon}: gold {1 - epsilon + epsilon / vocab:.4f},"
-                      f" every piece {epsilon / vocab:.1e}", fontsize=8)
+    # two lines: on one, the title ran off the figure's edge
+    axes[3].set_title(f"label smoothing ε = {epsilon}:\ngold {1 - epsilon + epsilon / vocab:.4f},"
+                      f" every other piece {epsilon / vocab:.1e}", fontsize=8)
     save_figure(fig, out / "training.png")
 
 

@@ -48,7 +48,7 @@ def decode_sentences(ready: Ready, sentences: Sequence[str], cfg: DecodeConfig,
     1 unless scores or several hypotheses are asked for; beam search serves the rest: the
     engine's searches and step (`engine.candidates`), under the precision's autocast.
     Runs in inference mode: no autograd bookkeeping at all, which `no_grad` still does for views
-    and versions (1.03x the sentences/s at beam 5 on a 2-core CPU, docs/results.md).
+    and versions (faster: docs/results.md, the fast engine's parts).
     """
     model, tokenizer, engine = ready.model, ready.tokenizer, ready.engine
     model.eval()

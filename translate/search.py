@@ -160,8 +160,8 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, beam: int, max_len: int | tor
         candidates: each row's best next tokens from its logits (`top_candidates`).
         early_exit: a sentence is also done once no live hypothesis, ended at the next step,
             would outscore its `nbest` best finished (CTranslate2 stops once a step's best
-            candidate ends; this compares length-normalized scores): 1.16x the sentences/s in
-            fp32 at beam 5 on Multi30k, dev BLEU within 0.03 (docs/results.md). False: once
+            candidate ends; this compares length-normalized scores): faster at a BLEU within
+            the noise (docs/results.md, the fast engine's parts). False: once
             none could at any length it may still reach, which returns exactly what searching
             on to K finished would.
 

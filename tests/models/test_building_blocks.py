@@ -1,8 +1,8 @@
 """The Transformer's building blocks do what the tour says they do: heads split and merge
 without loss, dropout touches attention only in training, the feed-forward network treats
-every position alike, a pre-norm block's residual path is clean, and without positions the
-encoder cannot tell word order; the options beside the classic layers (RMSNorm, ReLU², SwiGLU)
-have their defining properties."""
+every position alike, a pre-norm block's residual path is clean (the identity for the stream
+and for its gradient), and without positions the encoder cannot tell word order; the options
+beside the classic layers (RMSNorm, ReLU², SwiGLU) have their defining properties."""
 
 from dataclasses import replace
 
@@ -61,6 +61,48 @@ def test_a_pre_norm_block_whose_sublayers_add_nothing_passes_its_input_unchanged
     x = torch.randn(2, 5, D) * 7 + 3
     mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
     assert torch.equal(layer(x, mask), x)
+
+
+def assert_the_residual_path_is_the_identity_for_the_gradient(layers):
+    """Through `layers` whose sublayers add nothing (their output projections zeroed), the
+    Jacobian d(output)/d(input) is exactly the identity: the gradient reaches the first layer
+    as it left the last. (With sublayers that add something, each block's is the identity plus
+    their terms, I + d sublayer(norm(x))/dx.)"""
+    for layer in layers:
+        for linear in (layer.self_attn.out_proj, layer.ffn.fc2):
+            torch.nn.init.zeros_(linear.weight)
+            torch.nn.init.zeros_(linear.bias)
+    x = torch.randn(1, 3, D) * 7 + 3  # (B, S, D): a stream far from unit scale
+    mask = torch.ones(1, 1, 1, 3, dtype=torch.bool)
+
+    def stack(x):
+        for layer in layers:
+            x = layer(x, mask)
+        return x
+
+    jacobian = torch.autograd.functional.jacobian(stack, x).reshape(3 * D, 3 * D)
+    assert torch.equal(jacobian, torch.eye(3 * D)), "the residual path changes the gradient"
+
+
+def test_the_residual_path_passes_the_gradient_unchanged():
+    torch.manual_seed(0)
+    layers = build_model(CFG, 50, 50, shared_vocab=True).encoder_layers.eval()
+    assert_the_residual_path_is_the_identity_for_the_gradient(layers)
+
+
+def test_the_check_fails_on_post_norm_blocks(monkeypatch):
+    """Break the claim on purpose: post-norm blocks, x = norm(x + sublayer(x)) as in 2017,
+    normalise the stream itself, so even with sublayers that add nothing the gradient goes
+    through every norm's Jacobian, and the check fails."""
+    def post_norm_forward(self, x, src_mask):
+        x = self.norm1(x + self.dropout(self.self_attn(x, mask=src_mask)))
+        return self.norm2(x + self.dropout(self.ffn(x)))
+
+    monkeypatch.setattr(EncoderLayer, "forward", post_norm_forward)
+    torch.manual_seed(0)
+    layers = build_model(CFG, 50, 50, shared_vocab=True).encoder_layers.eval()
+    with pytest.raises(AssertionError, match="changes the gradient"):
+        assert_the_residual_path_is_the_identity_for_the_gradient(layers)
 
 
 def test_without_positions_the_encoder_cannot_tell_word_order():

@@ -1,4 +1,5 @@
 import json
+import math
 
 import pytest
 import torch
@@ -41,6 +42,33 @@ def test_additive_attention_weights_sum_to_one_and_skip_padding():
     torch.testing.assert_close(weights.sum(-1), torch.ones(2))
     assert torch.all(weights[0, 2:] == 0) and torch.all(weights[0, :2] > 0)
     torch.testing.assert_close(context, torch.einsum("bs,bsd->bd", weights, keys))
+
+
+def test_the_score_is_v_tanh_of_w_s_plus_u_h_as_worked_by_hand():
+    """score(s, h) = vᵀ tanh(W s + U h), worked by hand for one decoder state s and three
+    annotations h (W the identity, U = [[1, 1], [0, -1]] with no bias, v = (1, 2)): the
+    module's scores are these, its weights their softmax over the real positions (a fourth,
+    padding, gets 0), its context those weights times the annotations."""
+    attn = AdditiveAttention(query_dim=2, key_dim=2, attn_dim=2)
+    with torch.no_grad():
+        attn.query_proj.weight.copy_(torch.eye(2))  # W
+        attn.key_proj.weight.copy_(torch.tensor([[1.0, 1.0], [0.0, -1.0]]))  # U
+        attn.key_proj.bias.zero_()
+        attn.score.weight.copy_(torch.tensor([[1.0, 2.0]]))  # v
+    s = torch.tensor([[0.5, -0.5]])  # (B, query_dim)
+    h = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, 0.0]]])  # (B, S, key_dim)
+    mask = torch.tensor([[True, True, True, False]])
+    # W s + U h = (0.5 + h1 + h2, -0.5 - h2); its tanh, then 1 * first + 2 * second
+    by_hand = torch.tensor([math.tanh(1.5) + 2 * math.tanh(-0.5),  # h = (1, 0): -0.0191
+                            math.tanh(1.5) + 2 * math.tanh(-1.5),  # h = (0, 1): -0.9051
+                            math.tanh(2.5) + 2 * math.tanh(-1.5)])  # h = (1, 1): -0.8237
+    scores = []  # what v computes: (B, S, 1) before the mask
+    attn.score.register_forward_hook(lambda module, args, out: scores.append(out))
+    context, weights = with_weights(attn, s, attn.project_keys(h), h, mask)
+    torch.testing.assert_close(scores[0][0, :3, 0], by_hand)
+    expected = torch.cat([torch.softmax(by_hand, dim=0), torch.zeros(1)])  # (S,)
+    torch.testing.assert_close(weights[0, 0], expected)  # recorded as (B, 1, S)
+    torch.testing.assert_close(context[0], expected @ h[0])
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])

@@ -1,6 +1,7 @@
 """The textbook engine runs translate/models/ exactly as written: an edit to the written-out
 attention shows in a training run's loss (the exercise the tour walks through), while the other
-engines, which call PyTorch's fused attention, compute the same numbers and ignore the edit."""
+engines (plain and gpu call PyTorch's fused attention, fast its own modules) compute the same
+numbers and ignore the edit."""
 
 import copy
 import importlib.util
@@ -13,7 +14,8 @@ import torch
 
 from helpers.models import with_weights
 from helpers.training import take_steps, tiny_trainer
-from translate.engine import PLAIN, TEXTBOOK, resolve_engine
+from translate.config.names import ENGINES
+from translate.engine import FAST, PLAIN, TEXTBOOK, resolve_engine
 from translate.models import TransformerConfig, build_model
 from translate.models import attention
 from translate.search import beam_search
@@ -64,20 +66,31 @@ def train_losses(recipe_path, small_data, run_dir, engine: str, steps: int = 3) 
     return [r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"]
 
 
+# The engines that never run the written-out function in training: fast (what auto picks on a
+# CPU), plain and gpu (plain's modules, the GPU's searches).
+OTHERS = [name for name in ENGINES if name != "textbook"]
+
+
 def test_dropping_the_scale_changes_the_textbook_run_and_no_other(recipe_path, small_data,
                                                                   tmp_path, monkeypatch,
                                                                   caplog):
+    """Every engine a recipe can name trains to the same losses; with the scale dropped from
+    the written-out function, the textbook's losses move and every other engine's stay
+    exactly as they were."""
+    assert resolve_engine("auto", torch.device("cpu")) is FAST
     caplog.set_level(logging.INFO, logger="translate")
-    as_written = {e: train_losses(recipe_path, small_data, tmp_path / e, e)
-                  for e in ("textbook", "plain")}
-    assert as_written["textbook"] == pytest.approx(as_written["plain"], rel=1e-5)
+    as_written = {e: train_losses(recipe_path, small_data, tmp_path / e, e) for e in ENGINES}
+    for e in OTHERS:
+        assert as_written[e] == pytest.approx(as_written["textbook"], rel=1e-5), e
     assert "the textbook engine (translate/models/ exactly as written)" in caplog.text
-    assert "the plain engine (--engine textbook, or train.engine: textbook, runs " \
-           "translate/models/ exactly as written)" in caplog.text
+    for e in OTHERS:
+        assert f"the {e} engine (--engine textbook, or train.engine: textbook, runs " \
+               "translate/models/ exactly as written)" in caplog.text
     monkeypatch.setattr(attention, "scaled_dot_product_attention", unscaled_attention)
     edited = {e: train_losses(recipe_path, small_data, tmp_path / f"{e}-edited", e)
-              for e in ("textbook", "plain")}
-    assert edited["plain"] == as_written["plain"]  # the fused kernel never reads the edit
+              for e in ENGINES}
+    for e in OTHERS:  # their attention never reads the edit
+        assert edited[e] == as_written[e], f"the {e} engine ran the edited function"
     # every step's loss moves by far more than rounding (the engines agree to 1e-5 above)
     assert all(abs(a - b) > 1e-3 for a, b in zip(edited["textbook"], as_written["textbook"]))
 

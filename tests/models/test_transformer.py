@@ -1,5 +1,6 @@
 import json
 import warnings
+from dataclasses import replace
 
 import pytest
 import torch
@@ -7,6 +8,7 @@ import torch
 from helpers.models import with_weights
 from helpers.training import take_steps, tiny_trainer
 from translate.alignment import record_attention
+from translate.engine import write_out_attention
 from translate.models import TransformerConfig, build_model, count_parameters
 from translate.models.transformer import Memory
 from translate.search import greedy_search
@@ -55,6 +57,34 @@ def test_padding_leaves_real_positions_unchanged(model):
     padded_tgt = torch.cat([tgt, torch.full((2, 3), PAD)], dim=1)
     torch.testing.assert_close(model(padded_src, padded_tgt)[:, : tgt.size(1)], out,
                                atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("knob", ["dropout", "attn_dropout"])
+def test_each_dropout_is_off_when_translating_and_on_in_training(knob):
+    """The whole model's forward, through PyTorch's fused attention and the written-out path:
+    with `dropout` (the embeddings' and the sublayers' outputs) or `attn_dropout` (the
+    attention weights) at 0.3, eval computes exactly what the same weights without dropout
+    compute, and training draws other units to drop at every call."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2,
+                            dropout=0.0)
+    plain = build_model(cfg, V, V, shared_vocab=True).eval()
+    dropping = build_model(replace(cfg, **{knob: 0.3}), V, V, shared_vocab=True)
+    dropping.load_state_dict(plain.state_dict())
+    src, tgt = batch()
+    for path in ("fused", "written out"):
+        if path == "written out":  # the textbook engine's attention, in place
+            write_out_attention(plain)
+            write_out_attention(dropping)
+        expected = plain(src, tgt)
+        assert torch.equal(dropping.eval()(src, tgt), expected), f"{path}: eval drops units"
+        dropping.train()
+        torch.manual_seed(1)
+        first = dropping(src, tgt)
+        torch.manual_seed(2)
+        second = dropping(src, tgt)
+        assert not torch.allclose(first, expected), f"{path}: training drops nothing"
+        assert not torch.allclose(first, second), f"{path}: every call drops the same units"
 
 
 def test_incremental_decoding_equals_full_recomputation(model):
@@ -281,13 +311,25 @@ def test_a_model_with_the_option_learns_real_data(key, value, recipe_path, small
 # that cannot fail proves nothing).
 
 def assert_every_source_position_sees_every_other(model):
-    """The encoder's self-attention has no causal mask, so changing the last source
-    token changes the encoder's output at every position, the first included."""
+    """The encoder's self-attention has no causal mask, only the padding mask: at every layer
+    every query gives every real source key a weight above 0 and every padding key exactly 0;
+    and changing the last real source token changes the encoder's output at every real
+    position, the first included."""
     src, _ = batch(S=6)
+    src[0, 4:] = PAD  # the first sentence 4 tokens long, padded to 6
+    real = src != PAD  # (B, S)
+    with record_attention(model) as maps:
+        model.encode(src)
+    for i in range(len(model.encoder_layers)):
+        [weights] = maps[f"encoder_layers.{i}.self_attn"]  # (B, H, S, S): a row per query
+        keys = real[:, None, None, :].expand_as(weights)  # (B, H, S, S): True on real keys
+        assert torch.all(weights[keys] > 0), f"layer {i + 1}: real keys a query cannot reach"
+        assert torch.all(weights[~keys] == 0), f"layer {i + 1}: padding keys with weight"
+    rows, last = torch.arange(src.size(0)), real.sum(1) - 1  # (B,): the last real position
     changed = src.clone()
-    changed[:, -1] = torch.where(src[:, -1] == 4, 5, 4)
+    changed[rows, last] = torch.where(src[rows, last] == 4, 5, 4)
     before, after = model.encode(src).states, model.encode(changed).states  # (B, S, D)
-    moved = (after - before).abs().amax(dim=(0, 2))  # (S,): how far each position moved
+    moved = (after - before).abs().amax(dim=2)[real]  # how far each real position moved
     assert torch.all(moved > 1e-4), f"positions the last source token cannot reach: {moved}"
 
 
@@ -320,6 +362,20 @@ def test_the_check_fails_on_an_encoder_made_causal(model, monkeypatch):
 
     monkeypatch.setattr(EncoderLayer, "forward", causal_forward)
     with pytest.raises(AssertionError, match="cannot reach"):
+        assert_every_source_position_sees_every_other(model)
+
+
+def test_the_check_fails_on_an_encoder_that_attends_to_padding(model, monkeypatch):
+    """Break the claim on purpose: an encoder whose self-attention drops the padding mask
+    gives padding keys weight, and the check fails."""
+    from translate.models.transformer import EncoderLayer
+
+    def unmasked_forward(self, x, src_mask):
+        x = x + self.dropout(self.self_attn(self.norm1(x)))
+        return x + self.dropout(self.ffn(self.norm2(x)))
+
+    monkeypatch.setattr(EncoderLayer, "forward", unmasked_forward)
+    with pytest.raises(AssertionError, match="padding keys with weight"):
         assert_every_source_position_sees_every_other(model)
 
 

@@ -1,8 +1,10 @@
 """docs/tour.md cannot rot: every `file:symbol` it names exists, every stop shows code, a test
-and a figure, every idea of the notes has its stop, and the script that draws its figures runs."""
+and a figure, every idea of the notes has its stop, every stop the notebook takes up names a
+section the notebook has, and the script that draws its figures runs."""
 
 import ast
 import importlib.util
+import json
 import re
 import shutil
 from pathlib import Path
@@ -23,6 +25,11 @@ IDEAS = ("averaging the past", "queries, keys and values", "1/√d scale",
          "feed-forward", "residuals and pre-norm", "positions", "encoder", "masked self-attention",
          "cross-attention", "additive attention", "training step", "beam search", "kv cache",
          "remove the scale", "what changed since 2017", "from states to words")
+
+# "- Try it: [the notebook, §2 “Predict: what does the 1/√d scale do?”](tour.ipynb) — predict ..."
+TRY_IT = re.compile(r"^- Try it: \[the notebook, §(?P<section>\d+) “(?P<heading>[^”]+)”\]"
+                    r"\(tour\.ipynb\) — \S", re.M)
+TRIED = (0, 2, 3, 4, 5, 8, 15, 16, 17)  # the stops the notebook takes up
 
 
 def defines(source: str, symbol: str) -> bool:
@@ -70,6 +77,13 @@ def stops(text: str) -> dict[str, str]:
     return dict(zip(parts[1::2], parts[2::2]))
 
 
+def notebook_headings(notebook: Path) -> set[str]:
+    """The level-2 headings ("## 2. ...") of the notebook's markdown cells."""
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return {line.rstrip() for cell in cells if cell["cell_type"] == "markdown"
+            for line in "".join(cell["source"]).splitlines() if line.startswith("## ")}
+
+
 def test_every_name_and_figure_the_tour_gives_exists():
     tour = REPO / "docs/tour.md"
     assert broken_links(tour, REPO) == []
@@ -91,6 +105,19 @@ def test_every_stop_shows_code_a_test_and_a_figure_and_every_idea_has_one():
         assert IMAGE.search(body), f"{heading}: no figure"
     headings = " ".join(sections).lower()
     assert [idea for idea in IDEAS if idea not in headings] == []
+
+
+def test_every_stop_the_notebook_takes_up_names_a_section_it_has():
+    """Each stop of TRIED has a Try-it line, and the section each Try-it line names, its §
+    number and heading, is a level-2 heading of docs/tour.ipynb."""
+    sections = stops((REPO / "docs/tour.md").read_text(encoding="utf-8"))
+    named = {int(heading.split(".")[0]): [f"## {m['section']}. {m['heading']}"
+                                          for m in TRY_IT.finditer(body)]
+             for heading, body in sections.items()}
+    assert [stop for stop in TRIED if not named.get(stop)] == []
+    headings = notebook_headings(REPO / "docs/tour.ipynb")
+    assert {stop: [h for h in names if h not in headings]
+            for stop, names in named.items() if set(names) - headings} == {}
 
 
 def test_every_stop_has_a_figure_of_its_own():

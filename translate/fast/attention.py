@@ -80,10 +80,10 @@ def explicit_is_faster(q: torch.Tensor, k: torch.Tensor) -> bool:
     """Whether explicit matmuls beat PyTorch's fused kernel here: a decoding step on the CPU (no
     autograd) with 2 to 32 queries per head, or one query against at least 4096 keys in all.
 
-    The fused kernel's blocking is tuned for long sequences: it took 2-2.5x as long on
-    cross-attention from a sentence's 5 beams (beam 5 on Multi30k, 2 threads), and 1.2-1.5x on
-    self-attention steps of 160 rows against 8 or more cached positions; below that, with one
-    query, it wins. Training keeps the fused kernel and its lean backward.
+    The fused kernel's blocking is tuned for long sequences: it is slower on cross-attention
+    from a sentence's beams and on self-attention steps of many rows against a short cache;
+    below that, with one query, it wins (docs/results.md, the fast engine's parts). Training
+    keeps the fused kernel and its lean backward.
     """
     T = q.size(-2)
     return (q.device.type == "cpu" and not torch.is_grad_enabled() and T <= 32
@@ -239,8 +239,8 @@ class FastMultiHeadAttention(NoPickledPacks, MultiHeadAttention):
     def _heads(self, joined: torch.Tensor, n: int) -> torch.Tensor:
         """(B, L, n * D) -> (B, L, n, H, Dh), a view; taken apart with `unbind`, whose backward
         stacks the n gradients into one new tensor. Slicing or indexing each out instead
-        zero-fills a full-size gradient per piece and adds them up (a training step 1.03x as
-        fast on a 2-core CPU, benchmarks/ab_train.py)."""
+        zero-fills a full-size gradient per piece and adds them up (a faster training step:
+        docs/results.md, the fast engine's parts)."""
         return joined.view(*joined.shape[:2], n, self.heads, self.head_dim)
 
     def _keys_values(self, source: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,9 @@
 """Linear layers whose fp32 inference on the CPU runs through oneDNN with packed weights.
 
 On the CPU `F.linear` calls the BLAS that PyTorch was built with (MKL); oneDNN, which PyTorch
-also ships, with the weight packed once into its blocked layout, ran the decoder's matmuls
-1.07-1.49x as fast on an AMD EPYC (`benchmarks/linear.py`); decoding is mostly such matmuls.
+also ships, with the weight packed once into its blocked layout, runs the decoder's matmuls
+faster (`benchmarks/linear.py`; docs/results.md, the fast engine's parts); decoding is mostly
+such matmuls.
 oneDNN also applies ReLU or GELU to the output as it writes it. Training, autocast and other
 devices keep `F.linear`; the results agree to float rounding.
 
