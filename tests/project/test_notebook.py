@@ -131,8 +131,9 @@ def assert_each_reveal_holds(run: dict) -> None:
     assert run["six words"]["most weighed"] == "journey"
     scale = run["scale"]
     assert scale["unscaled"] > scale["largest weight of a row, scaled"] + 0.4
-    trained = run["scale, trained"]  # two heads of 32: aligns, mostly; reverses far fewer
-    assert trained["reversed exactly, without"] < trained["reversed exactly, with the scale"] - 0.3
+    trained = run["scale, trained"]  # two heads of 32: aligns, mostly; reverses fewer exactly
+    # (by 0.69-0.71 on the recorded seeds, 0.28 on a reader's seed 0)
+    assert trained["reversed exactly, without"] < trained["reversed exactly, with the scale"] - 0.2
     wide = run["scale, wide heads"]  # one head of 128: without the scale, no alignment
     assert wide["aligned, with the scale"] >= 0.8 and wide["without"] <= 0.3
     mask = run["causal mask"]  # the unmasked loss near zero; its copies depend on the seed
