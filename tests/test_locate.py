@@ -117,6 +117,7 @@ def test_average_never_writes_over_a_run_file(run):
     before = hashes(run)
     refused(cli("average", run, "--last", "2", "-o", run / "train.log", "--force"),
             "is the run's train.log")
+    assert hashes(run) == before
     (run / "recipe.yaml").rename(run / "kept.yaml")
     refused(cli("average", run, "--last", "2", "-o", run / "recipe.yaml"),
             "is a name the run in")

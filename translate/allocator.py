@@ -5,15 +5,18 @@ A CPU training run allocates and frees tensors of ever-changing shapes thousands
 minute. On an Intel Xeon with AMX (bf16 training) glibc's heap fragments under that: a run's
 memory grows several-fold and its steps slow as it goes on (a fresh process resumed from the
 same checkpoint starts fast again); under jemalloc it holds a third of that and keeps its pace
-after a slower start (the figures: docs/results.md, "The allocator"). On the AMD EPYC and the
+after a slower start. The cause, found later (bf16 training on an AMD EPYC fragments alike):
+oneDNN's kernel caches, refilled every step, which a training process now keeps empty
+(`translate.hardware.bound_kernel_caches`; docs/results.md, "Memory"). On the AMD EPYC and the
 Intel Xeon without AMX (fp32) glibc's steps kept their pace over whole hours, so `auto` leaves
 them alone. An allocator can only be swapped as a process starts, so `translate train`
 starts itself once more with the library in LD_PRELOAD before it imports anything else. Only
 the standard library is imported here.
 
     TRANSLATE_ALLOCATOR=auto      the default: on a CPU with AMX, jemalloc, else tcmalloc,
-                                  where the system has one (Debian/Ubuntu: apt install
-                                  libjemalloc2); glibc's otherwise
+                                  where the system has one; glibc's otherwise (nothing to
+                                  install: the cause of the growth, oneDNN's kernel caches,
+                                  is gone, translate.hardware.bound_kernel_caches)
     TRANSLATE_ALLOCATOR=jemalloc  (or tcmalloc) that one on any CPU, an error where it is missing
     TRANSLATE_ALLOCATOR=system    the C library's own, as any Python program
 """

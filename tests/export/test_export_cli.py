@@ -16,7 +16,6 @@ from translate.checkpoint import save_checkpoint
 from translate.loading import load_checkpoint
 from translate.cli import main
 from translate.config import load_recipe
-from translate.export.peer import WHY
 from translate.inference import translate_sentences
 from translate.models import build_model
 from translate.ready import Ready

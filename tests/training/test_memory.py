@@ -1,17 +1,21 @@
 """Training's memory in the open: each train record of metrics.jsonl and the progress line give
-the process's resident memory, the run's summary its peak; and a run's memory does not grow
-step over step (a tiny model, a fresh process, a bounded slope over a few hundred steps)."""
+the process's resident memory, the run's summary its peak; a run's memory does not grow step
+over step (a tiny model, a fresh process, a bounded slope over a few hundred steps); and a
+training process keeps no oneDNN kernel per shape (translate.hardware.bound_kernel_caches)."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from helpers.files import read_jsonl
 from helpers.training import RECIPES, TINY_OVERRIDES, train_tiny
 from translate.training.progress import TrainingBar
 from translate.config import TrainConfig
+from translate.hardware import KERNEL_CACHES
 from translate.metrics import LogWindow
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/statm")
@@ -107,3 +111,73 @@ def test_training_memory_does_not_grow_step_over_step(small_data, tmp_path):
     assert steady < 0.1, f"{steady:.3f} MiB a step"
     leaking = growth_per_step(run_alone(small_data, tmp_path / "leaking", 150, leak=1), after=50)
     assert leaking > 0.8, f"{leaking:.3f} MiB a step"  # the check sees a leak of 1 MiB a step
+
+
+
+CACHES = """
+import os
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from helpers.training import RECIPES, TINY_OVERRIDES, train_tiny
+from translate.hardware import KERNEL_CACHES
+
+train_tiny(RECIPES / "transformer.yaml", [*TINY_OVERRIDES, "data.test_splits=[]"], Path({data!r}),
+           3, Path({run!r}))
+print(*(os.environ.get(name) for name in KERNEL_CACHES))
+"""
+
+
+def kernel_caches_after_training(data: Path, run_dir: Path, env: dict) -> list[str]:
+    """The kernel caches' sizes in the environment of a fresh process that trained 3 steps."""
+    script = CACHES.format(tests=str(TESTS), data=str(data), run=str(run_dir))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.split()
+
+
+def test_a_training_process_keeps_no_kernels_and_a_users_sizes_are_kept(small_data, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in KERNEL_CACHES}
+    assert kernel_caches_after_training(small_data, tmp_path / "a", env) == ["1", "0"]
+    env["LRU_CACHE_CAPACITY"] = "64"
+    assert kernel_caches_after_training(small_data, tmp_path / "b", env) == ["64", "0"]
+
+
+# bf16 matmuls of 1,500 shapes, as a run's batches and a decoder's shrinking batches make them:
+# the resident memory they leave behind (MiB), once a few shapes have been seen.
+SHAPES = """
+import torch
+from translate.hardware import bound_kernel_caches, resident_memory
+
+bound_kernel_caches()  # as training does, before the first matmul
+weight = torch.randn(512, 256, dtype=torch.bfloat16)
+x = torch.randn(1600, 256, dtype=torch.bfloat16)
+for rows in range(1, 50):
+    torch.nn.functional.linear(x[:rows], weight)
+before = resident_memory()[0]
+for rows in range(50, 1550):
+    torch.nn.functional.linear(x[:rows], weight)
+print((resident_memory()[0] - before) / 2**20)
+"""
+
+
+def left_behind(env: dict) -> float:
+    done = subprocess.run([sys.executable, "-c", SHAPES], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return float(done.stdout)
+
+
+@linux_only
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available()
+                    or not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+                    reason="bf16 matmuls run on oneDNN only where the CPU has AVX512-BF16 or AMX")
+def test_bf16_matmuls_of_many_shapes_leave_no_kernels_behind():
+    """oneDNN keeps a kernel per shape in two caches, 1,024 each unless sized: with the sizes
+    training sets, 1,500 shapes leave nothing resident behind; with 1,024, hundreds of MiB."""
+    env = {k: v for k, v in os.environ.items() if k not in KERNEL_CACHES}
+    bounded = left_behind(env)
+    assert bounded < 15, f"{bounded:.1f} MiB left by 1,500 shapes"
+    unbounded = left_behind({**env, **{name: "1024" for name in KERNEL_CACHES}})
+    assert unbounded > bounded + 100, f"{unbounded:.1f} MiB unbounded, {bounded:.1f} bounded"

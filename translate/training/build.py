@@ -22,7 +22,7 @@ from torch import nn
 from translate import allocator
 from translate.config import ConfigError, Recipe, TrainConfig
 from translate.engine import Engine, engine_note, resolve_engine
-from translate.hardware import cpu_has_amx, keep_freed_memory, pick_device, resolve_precision
+from translate.hardware import keep_freed_memory, pick_device, resolve_precision
 from translate.metrics import MetricsLog
 from translate.models import build_model, count_parameters
 from translate.tokenizer import Tokenizer
@@ -108,23 +108,21 @@ def set_up_device(recipe: Recipe, device: torch.device, world: World) -> str:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if device.type == "cpu":
-        set_up_allocator(cfg, precision, world)
+        set_up_allocator(cfg)
     return precision
 
 
-def set_up_allocator(cfg: TrainConfig, precision: str, world: World) -> None:
+def set_up_allocator(cfg: TrainConfig) -> None:
     """Say which allocator the CPU run has (translate.allocator); under glibc's, have it keep
-    freed memory as the recipe says, and where bf16 makes its heap fragment, say what helps."""
+    freed memory as the recipe says. (glibc's heap no longer fragments over a bf16 run, which
+    once asked for jemalloc: its cause, oneDNN's kernel caches, is gone:
+    `hardware.bound_kernel_caches`.)"""
     name = allocator.active()
     if name is not None:
         log.info("memory: %s allocates (%s=system for the C library's)", name, allocator.SETTING)
         return
     if cfg.keep_freed_memory:
         keep_freed_memory()
-    if precision == "bf16" and cpu_has_amx() and world.rank == 0 and not allocator.system_chosen():
-        log.warning("memory: glibc's allocator, whose heap fragments over a long bf16 run on "
-                    "this CPU (slower steps, GBs more memory; docs/results.md): %s, and "
-                    "`translate train` uses it", allocator.INSTALL_HINT)
 
 
 def build_updater(model: nn.Module, cfg: TrainConfig, engine: Engine, device: torch.device,

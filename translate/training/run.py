@@ -18,7 +18,7 @@ from translate.checkpoint import CheckpointError
 from translate.config import Recipe
 from translate.data.read import load_split
 from translate.evaluation import evaluate_split
-from translate.hardware import resident_memory
+from translate.hardware import bound_kernel_caches, resident_memory
 from translate.metrics import MetricsLog
 from translate.ready import Ready
 from translate.tokenizer import Tokenizer
@@ -63,6 +63,7 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
     read instead of the recipe's `data.dataset`, which the run still records (TRANSLATE_DATA).
     A resumed folder without run.json is refused unless `adopt` (`--adopt`).
     """
+    bound_kernel_caches()  # before the run's first matmul, when oneDNN reads their sizes
     world = join(training_device(device))  # several processes under torchrun, else one
     new_folder = world.is_main and not resume and not run_dir.exists()
     folder = None
