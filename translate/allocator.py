@@ -6,8 +6,9 @@ minute. On an Intel Xeon with AMX (bf16 training) glibc's heap fragments under t
 memory grows several-fold and its steps slow as it goes on (a fresh process resumed from the
 same checkpoint starts fast again); under jemalloc it holds a third of that and keeps its pace
 after a slower start. The cause, found later (bf16 training on an AMD EPYC fragments alike):
-oneDNN's kernel caches, refilled every step, which a training process now keeps empty
-(`translate.hardware.bound_kernel_caches`; docs/results.md, "Memory"). On the AMD EPYC and the
+oneDNN's kernel caches, refilled every step, which a training process now keeps empty, or,
+training in bf16, fills once from batches of a few shapes (`translate.hardware`,
+`translate.training.batches.keeps_kernels`; docs/results.md, "Memory"). On the AMD EPYC and the
 Intel Xeon without AMX (fp32) glibc's steps kept their pace over whole hours, so `auto` leaves
 them alone. An allocator can only be swapped as a process starts, so `translate train`
 starts itself once more with the library in LD_PRELOAD before it imports anything else. Only

@@ -6,7 +6,8 @@
     autocast             the autocast context a resolved precision runs under
     cpu_*                the CPU's features (AMX, AVX512-BF16, vendor), which `auto` reads
     keep_freed_memory    glibc keeps freed memory for reuse (`train.keep_freed_memory`)
-    bound_kernel_caches  oneDNN keeps no kernel per shape in a training process
+    bound_kernel_caches  oneDNN keeps no kernel per shape (a training process)
+    keep_onednn_kernels  oneDNN keeps its own cache only (bf16 training on batches of few shapes)
     check_fits_in_memory the RAM guard: weights that could never fit refused before allocating
     resident_memory      this process's resident memory now and at its peak, for the logs
 
@@ -183,12 +184,24 @@ def bound_kernel_caches() -> None:
     shapes, a decoder's shrinking batches in more, so a bf16 run, or an fp32 run that validates
     in bf16, evicts and refills both caches every step, and glibc's heap fragments under the
     churn: 2.95 GB after 250 bf16 steps, growing, against 1.03 GB flat with nothing kept, at
-    the same speed (docs/journal/2026-12-07-memory-anywhere.md). Decoding keeps them: kept
+    the same speed on an AMD EPYC (docs/journal/2026-12-07-memory-anywhere.md). On an Intel Xeon
+    with AMX, building every kernel afresh left bf16 steps 0.6x as fast, so bf16 training keeps
+    them, on batches of a few shapes (`training.batches.keeps_kernels`). Decoding keeps them: kept
     kernels decode a split at beam 5 1.09x as fast, a server's calls of 1 to 64 sentences 1.56x,
     and a decoder's memory levels off where the caches are full (1.4 GB, flat over 1,000 such
     calls, against 0.4 GB keeping none: benchmarks/decode_memory.py)."""
     for name, size in KERNEL_CACHES.items():
         os.environ.setdefault(name, size)
+
+
+def keep_onednn_kernels() -> None:
+    """Keep kernels in oneDNN's own cache (1,024) and none in PyTorch's ideep layer's (a size in
+    the environment is kept): for a training process whose batches come in a few shapes
+    (`training.batches.keeps_kernels`). oneDNN's cache alone gives the speed of both (bf16 on an
+    Intel Xeon with AMX: 5,080 target tokens/s against 5,100-5,250 with both, 2,900 with
+    none); ideep's, the same kernels again under its own keys, added 0.3 GB at the end of a run,
+    when the pick and the tests decode (docs/journal/2026-12-07-amx-shapes.md)."""
+    os.environ.setdefault("LRU_CACHE_CAPACITY", KERNEL_CACHES["LRU_CACHE_CAPACITY"])
 
 
 class ModelTooLarge(ValueError):

@@ -1,7 +1,8 @@
 """Training's memory in the open: each train record of metrics.jsonl and the progress line give
 the process's resident memory, the run's summary its peak; a run's memory does not grow step
 over step (a tiny model, a fresh process, a bounded slope over a few hundred steps); and a
-training process keeps no oneDNN kernel per shape (translate.hardware.bound_kernel_caches)."""
+training process keeps no oneDNN kernel per shape (translate.hardware.bound_kernel_caches)
+unless it trains in bf16 on batches of a few shapes (translate.training.batches)."""
 
 import os
 import subprocess
@@ -17,6 +18,7 @@ from translate.training.progress import TrainingBar
 from translate.config import TrainConfig
 from translate.hardware import KERNEL_CACHES
 from translate.metrics import LogWindow
+from translate.training.batches import keeps_kernels, length_multiple
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/statm")
 TESTS = Path(__file__).resolve().parents[1]
@@ -122,15 +124,17 @@ sys.path.insert(0, {tests!r})
 from helpers.training import RECIPES, TINY_OVERRIDES, train_tiny
 from translate.hardware import KERNEL_CACHES
 
-train_tiny(RECIPES / "transformer.yaml", [*TINY_OVERRIDES, "data.test_splits=[]"], Path({data!r}),
-           3, Path({run!r}))
+train_tiny(RECIPES / "transformer.yaml", [*TINY_OVERRIDES, "data.test_splits=[]", *{extra!r}],
+           Path({data!r}), 3, Path({run!r}))
 print(*(os.environ.get(name) for name in KERNEL_CACHES))
 """
 
 
-def kernel_caches_after_training(data: Path, run_dir: Path, env: dict) -> list[str]:
-    """The kernel caches' sizes in the environment of a fresh process that trained 3 steps."""
-    script = CACHES.format(tests=str(TESTS), data=str(data), run=str(run_dir))
+def kernel_caches_after_training(data: Path, run_dir: Path, env: dict,
+                                 extra: tuple = ()) -> list[str]:
+    """The kernel caches' sizes in the environment of a fresh process that trained 3 steps
+    (`extra`: more overrides)."""
+    script = CACHES.format(tests=str(TESTS), data=str(data), run=str(run_dir), extra=list(extra))
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -142,6 +146,33 @@ def test_a_training_process_keeps_no_kernels_and_a_users_sizes_are_kept(small_da
     assert kernel_caches_after_training(small_data, tmp_path / "a", env) == ["1", "0"]
     env["LRU_CACHE_CAPACITY"] = "64"
     assert kernel_caches_after_training(small_data, tmp_path / "b", env) == ["64", "0"]
+
+
+def test_bf16_training_on_a_few_shapes_keeps_its_kernels(small_data, tmp_path):
+    """bf16 on a CPU: lengths rounded up to 8 by `auto`, the kernels kept in oneDNN's cache (not
+    sized) and none in ideep's; with each batch padded to its longest (length_multiple 1), none
+    kept."""
+    env = {k: v for k, v in os.environ.items() if k not in KERNEL_CACHES}
+    kept = kernel_caches_after_training(small_data, tmp_path / "a", env, ("train.precision=bf16",))
+    assert kept == ["1", "None"]
+    assert "lengths rounded up to 8 (train.length_multiple: auto)" in (
+        tmp_path / "a/train.log").read_text()
+    each = kernel_caches_after_training(small_data, tmp_path / "b", env,
+                                        ("train.precision=bf16", "train.length_multiple=1"))
+    assert each == ["1", "0"]
+
+
+def test_length_multiple_auto_rounds_where_a_cpu_trains_in_bf16():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    auto, one, four = TrainConfig(), TrainConfig(length_multiple=1), TrainConfig(length_multiple=4)
+    assert auto.length_multiple == 0
+    assert length_multiple(auto, cpu, "bf16") == 8
+    assert length_multiple(auto, cpu, "fp32") == 1
+    assert length_multiple(auto, cuda, "bf16") == 1
+    assert length_multiple(one, cpu, "bf16") == 1 and length_multiple(four, cpu, "fp32") == 4
+    assert keeps_kernels(cpu, "bf16", 8) and keeps_kernels(cpu, "bf16", 16)
+    assert not keeps_kernels(cpu, "bf16", 4)  # dozens of shapes more: none kept
+    assert not keeps_kernels(cpu, "fp32", 8) and not keeps_kernels(cuda, "bf16", 8)
 
 
 # bf16 matmuls of 1,500 shapes, as a run's batches and a decoder's shrinking batches make them:

@@ -74,8 +74,9 @@ class TrainConfig:
     # tokens per batch (padded, source or target, whichever is larger)
     max_tokens: int = field(default=4096, metadata={"min": 1, "max": 1 << 24})
     # batches' source and target lengths rounded up to a multiple of this: fewer distinct shapes
-    # for a GPU to reuse, more padding (benchmarks/padding.py); 1: each batch to its longest
-    length_multiple: int = field(default=1, metadata={"min": 1, "max": 1024})
+    # for a GPU or oneDNN to reuse, more padding (benchmarks/padding.py); 1: each batch to its
+    # longest; 0 (auto): 8 where a CPU trains in bf16, else 1 (training.batches.length_multiple)
+    length_multiple: int = field(default=0, metadata={"max": 1024})
     # gradient accumulation: batches per optimizer step
     accum_steps: int = field(default=1, metadata={"min": 1, "max": 1 << 16})
     # peak learning rate, reached after `warmup` steps

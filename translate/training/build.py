@@ -27,7 +27,7 @@ from translate.metrics import MetricsLog
 from translate.models import build_model, count_parameters
 from translate.tokenizer import Tokenizer
 from translate.training.batch_loss import BatchLoss
-from translate.training.batches import train_batcher
+from translate.training.batches import length_multiple, train_batcher
 from translate.training.checkpoints import check_free_space, checkpoint_bytes
 from translate.training.compilation import compiled, engine_name
 from translate.training.distributed import World
@@ -51,14 +51,16 @@ def build_trainer(recipe: Recipe, run_dir: Path, data: TrainingData, metrics: Me
     device = training_device(device)
     precision = set_up_device(recipe, device, world)
     seed_everything(cfg.seed)
-    batcher = train_batcher(recipe, data.tokenizer, data.train, world)
+    multiple = length_multiple(cfg, device, precision)
+    batcher = train_batcher(recipe, data.tokenizer, data.train, world, multiple)
     engine, model, updater = build_model_and_updater(recipe, data.tokenizer, device, precision,
                                                      world)
     if world.is_main:
         processes = f", {world.size} processes" if world.size > 1 else ""
-        log.info("%s: %.2fM parameters, device %s, precision %s%s, %d CPU threads%s; the %s",
+        log.info("%s: %.2fM parameters, device %s, precision %s%s%s, %d CPU threads%s; the %s",
                  recipe.model.arch, count_parameters(model) / 1e6, device, precision,
-                 step_note(cfg, device), torch.get_num_threads(), processes, engine_note(engine))
+                 shapes_note(cfg, multiple), step_note(cfg, device), torch.get_num_threads(),
+                 processes, engine_note(engine))
         if cfg.optimizer == "muon":
             log.info("%s", muon_note(model))
     if world.is_main:
@@ -149,6 +151,13 @@ def build_updater(model: nn.Module, cfg: TrainConfig, engine: Engine, device: to
     defer_checks = device.type == "cuda" and all(skips_on_device(o) for o in optimizers)
     return Updater(cfg, model, ema, optimizer, scaler, batch_loss, graphs, defer_checks,
                    figure_dtype, world, muon)
+
+
+def shapes_note(cfg: TrainConfig, multiple: int) -> str:
+    """The batches' rounding, for the log's first line, where `auto` chose it."""
+    if cfg.length_multiple or multiple == 1:
+        return ""
+    return f", lengths rounded up to {multiple} (train.length_multiple: auto)"
 
 
 def step_note(cfg: TrainConfig, device: torch.device) -> str:

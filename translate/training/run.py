@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from translate.checkpoint import CheckpointError
-from translate.config import Recipe
+from translate.config import Recipe, TrainConfig
 from translate.data.read import load_split
 from translate.evaluation import evaluate_split
-from translate.hardware import bound_kernel_caches, resident_memory
+from translate.hardware import bound_kernel_caches, keep_onednn_kernels, resident_memory
 from translate.metrics import MetricsLog
 from translate.ready import Ready
 from translate.tokenizer import Tokenizer
@@ -26,6 +26,7 @@ from translate.run_folder import locked, owned_files, restate_recipe, run_id, st
 from translate.training.checkpoints import check_writable, resume_point
 from translate.training.distributed import World, join, together
 from translate.training.graphs import check_recipe
+from translate.training.batches import keeps_kernels, length_multiple
 from translate.training.build import build_trainer, training_device, training_precision
 from translate.training.loop import Interrupted, Trainer
 from translate.training.pick import pick_on_dev, ready_on_run
@@ -63,7 +64,7 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
     read instead of the recipe's `data.dataset`, which the run still records (TRANSLATE_DATA).
     A resumed folder without run.json is refused unless `adopt` (`--adopt`).
     """
-    bound_kernel_caches()  # before the run's first matmul, when oneDNN reads their sizes
+    _size_kernel_caches(recipe.train, device)  # before the run's first matmul
     world = join(training_device(device))  # several processes under torchrun, else one
     new_folder = world.is_main and not resume and not run_dir.exists()
     folder = None
@@ -98,6 +99,18 @@ def train(recipe: Recipe, run_dir: Path, device: Optional[str] = None,
         result = TrainResult(run_dir, pick, best.step, steps, trainer.state.best_bleu, scores)
         log.info("%s", summary(result))
     return result
+
+
+def _size_kernel_caches(cfg: TrainConfig, device: Optional[str]) -> None:
+    """Keep oneDNN's kernels where training's batches come in a few shapes, else none
+    (`batches.keeps_kernels`); oneDNN reads the caches' sizes at its first matmul."""
+    chosen = training_device(device)
+    if chosen.type == "cpu":  # (on CUDA the precision would start CUDA before torchrun's ranks)
+        precision = training_precision(cfg, chosen)
+        if keeps_kernels(chosen, precision, length_multiple(cfg, chosen, precision)):
+            keep_onednn_kernels()
+            return
+    bound_kernel_caches()
 
 
 def summary(result: TrainResult) -> str:

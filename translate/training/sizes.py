@@ -22,7 +22,7 @@ import torch
 
 from translate.config import ConfigError, Recipe
 from translate.models import count_parameters
-from translate.training.batches import train_batcher
+from translate.training.batches import length_multiple, train_batcher
 from translate.training.build import build_model_and_updater
 from translate.training.distributed import World
 from translate.training.prepare import TrainingData
@@ -90,7 +90,8 @@ def time_rung(recipe: Recipe, data: TrainingData, device: torch.device,
     seed_everything(recipe.train.seed)
     _, model, updater = build_model_and_updater(recipe, data.tokenizer, device, precision, world)
     parameters = count_parameters(model)
-    batcher = train_batcher(recipe, data.tokenizer, data.train, world)
+    batcher = train_batcher(recipe, data.tokenizer, data.train, world,
+                            length_multiple(recipe.train, device, precision))
     state, timed, seconds, tokens = TrainState(), 0, 0.0, 0
     for indices in batcher.epoch(1)[:SETTLE_STEPS + MOST_STEPS]:
         batch = batcher.batch(indices)
