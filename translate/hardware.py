@@ -199,8 +199,8 @@ def keep_onednn_kernels() -> None:
     the environment is kept): for a training process whose batches come in a few shapes
     (`training.batches.keeps_kernels`). oneDNN's cache alone gives the speed of both (bf16 on an
     Intel Xeon with AMX: 5,080 target tokens/s against 5,100-5,250 with both, 2,900 with
-    none); ideep's, the same kernels again under its own keys, added 0.3 GB at the end of a run,
-    when the pick and the tests decode (docs/journal/2026-12-07-amx-shapes.md)."""
+    none); ideep's added 0.3 GB at the end of a run, when the pick and the tests decode
+    (docs/journal/2026-12-07-amx-shapes.md)."""
     os.environ.setdefault("LRU_CACHE_CAPACITY", KERNEL_CACHES["LRU_CACHE_CAPACITY"])
 
 
