@@ -32,10 +32,10 @@ def length_multiple(cfg: TrainConfig, device: torch.device, precision: str) -> i
 
     A CPU's bf16 matmuls run on oneDNN, which builds a kernel for each shape it meets: built
     afresh at every matmul, they left bf16 steps 0.6x as fast on an Intel Xeon with AMX; kept,
-    they cost gigabytes when every batch is a new shape. Lengths rounded up to 8 make a few dozen shapes,
-    whose kernels a training process keeps (`keeps_kernels`): 1.7x the target tokens a second
-    of rebuilding every kernel, its memory flat (docs/journal/2026-12-07-amx-shapes.md).
-    Elsewhere each batch is padded to its longest."""
+    they cost gigabytes when every batch is a new shape. Lengths rounded up to 8 make a few
+    dozen shapes, whose kernels a training process keeps (`keeps_kernels`): 1.7x the target
+    tokens a second of building every kernel afresh, its memory near flat
+    (docs/journal/2026-12-07-amx-shapes.md). Elsewhere each batch is padded to its longest."""
     if cfg.length_multiple:
         return cfg.length_multiple
     return ONEDNN_MULTIPLE if device.type == "cpu" and precision == "bf16" else 1
