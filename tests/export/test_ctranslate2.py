@@ -4,6 +4,7 @@
 from dataclasses import replace
 
 import pytest
+import sacrebleu
 import torch
 
 from helpers.files import read_jsonl
@@ -125,7 +126,10 @@ def test_int8_quantization_shrinks_the_model_and_translates(ct2_export, trained_
     translator = ctranslate2.Translator(str(int8.out), "cpu", intra_threads=1)
     theirs = decode(translator, loaded.tokenizer, sources, cfg, loaded.model.cfg.max_positions)
     ours = translate_sentences(Ready(loaded.model, loaded.tokenizer), sources, cfg)
-    assert sum(a == b for a, b in zip(ours, theirs)) >= len(sources) // 2  # int8 rounds
+    # int8 rounds, and how much depends on the CPU's int8 kernels: with VNNI or AMX half or
+    # more of this small model's greedy outputs stay word for word ours, on an AVX2-only CPU 3
+    # of 20 (chrF 58.6 against ours; the same outputs reversed, as a broken export would read: 17)
+    assert sacrebleu.corpus_chrf(theirs, [ours]).score >= 45.0
 
 
 def test_a_separate_vocabulary_folder_translates_with_its_own_spm_files(small_data, tmp_path):
