@@ -20,6 +20,7 @@ import functools
 import importlib
 import importlib.util
 import json
+import os
 import re
 import shutil
 import statistics
@@ -31,6 +32,14 @@ from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def benchmark_threads(default: int = 2) -> int:
+    """OMP_NUM_THREADS where it is a whole number of at least 1, else `default`: the rule of
+    translate.hardware.benchmark_threads, here without importing `translate` (this script
+    compares two copies of it)."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) >= 1 else default
 
 
 def export(rev: str, name: str, into: Path) -> None:
@@ -114,7 +123,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32, help="sentences decoded at once")
     ap.add_argument("--chunk", type=int, default=0,
                     help="sentences per call (default: --batch)")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=benchmark_threads(),
+                    help="CPU threads (default: OMP_NUM_THREADS, else 2)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ab_decode import ROOT, export, first_module, speeds  # noqa: E402
+from ab_decode import ROOT, benchmark_threads, export, first_module, speeds  # noqa: E402
 
 # The 2017 recipe: every option of the training-methods ablations off. A revision from before
 # it had a file of its own has the same recipe as recipes/multi30k/transformer.yaml.
@@ -153,7 +153,8 @@ def main() -> None:
     ap.add_argument("--recipe", default=RECIPE, help="path in the repository (default: %(default)s)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="a recipe override for both revisions, e.g. model.positions=rope")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=benchmark_threads(),
+                    help="CPU threads (default: OMP_NUM_THREADS, else 2)")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()

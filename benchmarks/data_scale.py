@@ -68,9 +68,10 @@ def measure(corpus: Path, tokenizer: Path, cache: Path, num_proc: int = 2) -> di
     from translate.data.batch import token_batches
     from translate.data.cache import encoded_corpus
     from translate.data.encode import filter_lengths
+    from translate.hardware import benchmark_threads
     from translate.tokenizer import Tokenizer
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(benchmark_threads())
     model = tokenizer.read_bytes()
     times, start = {}, time.perf_counter()
     built = encoded_corpus(DataConfig(dataset=str(corpus), cache_dir=str(cache)), "train",

@@ -76,7 +76,7 @@ from translate.engine import FAST, GPU, PLAIN, Engine
 from translate.export.ct2 import to_ctranslate2, vocabulary
 from translate.export.hf import to_transformers
 from translate.fast import accelerate, quantize_int8
-from translate.hardware import autocast, cpu_name
+from translate.hardware import autocast, benchmark_threads, cpu_name
 from translate.inference import translate_sentences
 from translate.models.transformer import Transformer
 from translate.ready import Ready
@@ -318,7 +318,8 @@ def main() -> None:
     ap.add_argument("--split", default="test_2016_flickr")
     ap.add_argument("--limit", type=int, default=0, help="first N sentences only (0: all)")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=benchmark_threads(),
+                    help="CPU threads (default: OMP_NUM_THREADS, else 2)")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU)")
     ap.add_argument("--peers", default="hf,ct2",
                     help="comma-separated peers to time beside ours: hf, ct2 (default both)")

@@ -30,7 +30,7 @@ from translate.data.batch import pad
 from translate.data.read import load_split
 from translate.export import export
 from translate.export.ct2 import decode, vocabulary
-from translate.hardware import cpu_name
+from translate.hardware import benchmark_threads, cpu_name
 from translate.inference import translate_sentences
 from translate.ready import Ready
 from translate.scoring import score
@@ -67,7 +67,8 @@ def main() -> None:
     parser.add_argument("--split", default="test_2016_flickr")
     parser.add_argument("--check-split", default="dev",
                         help="the split whose references' log-probabilities are compared")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=benchmark_threads(),
+                    help="CPU threads (default: OMP_NUM_THREADS, else 2)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     import ctranslate2

@@ -74,6 +74,7 @@ has() { [[ ",$parts," == *",$1,"* ]]; }
 
 if [ $dry = 1 ]; then  # the CPU, tiny sizes: every command and path, none of the figures
   device=cpu shape=tiny m30k_shape=tiny tokens=600 big_tokens=600 rounds=1 steps=2 multiple=8
+  matmul=256  # 1024^3 in bf16 takes seconds on a CPU without bf16 kernels (AVX2 only)
   chunk=100 decoding=(--limit 12 --rounds 1 --check 2 --peers "")
   quality=(--set model.d_model=64 --set model.heads=4 --set model.ffn_dim=128
            --set model.encoder_layers=1 --set model.decoder_layers=1
@@ -82,6 +83,7 @@ if [ $dry = 1 ]; then  # the CPU, tiny sizes: every command and path, none of th
            --set train.eval_every_minutes=0)
 else
   device=cuda shape= m30k_shape=multi30k tokens=16384 big_tokens=25000 rounds=5 steps=8 multiple=8
+  matmul=0  # the device's: 8192^3
   chunk=4096 decoding=(--rounds 2)
   quality=(--set train.max_minutes=5 --set train.eval_every_minutes=1 --set train.eval_every=0)
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv
@@ -93,12 +95,13 @@ if has speed; then
   step train_speed-multi30k 150 $python benchmarks/train_speed.py --device $device \
     --data "$data" --shape $m30k_shape --precisions fp32,bf16 --max-tokens $tokens \
     --length-multiple $multiple --rounds $rounds --steps $steps --cuda-graphs \
-    --json "$out/train_speed-multi30k.json"
+    --matmul-size $matmul --json "$out/train_speed-multi30k.json"
   for model in base big; do
     step train_speed-$model 120 $python benchmarks/train_speed.py --device $device \
       --shape "${shape:-$model}" --precisions bf16 --max-tokens $big_tokens \
       --length-multiple $multiple --rounds $((rounds < 3 ? rounds : 3)) --steps $steps \
-      --cuda-graphs --loss-chunk $chunk --json "$out/train_speed-$model.json"
+      --cuda-graphs --loss-chunk $chunk --matmul-size $matmul \
+      --json "$out/train_speed-$model.json"
   done
   step profile 90 $python benchmarks/profile_step.py --device $device --data "$data" \
     --shape $m30k_shape --max-tokens $tokens --steps $steps --json "$out/profile.json" \

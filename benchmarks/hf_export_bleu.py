@@ -27,7 +27,7 @@ import torch
 from translate.loading import load_checkpoint
 from translate.data.read import load_split
 from translate.export import export
-from translate.hardware import cpu_name
+from translate.hardware import benchmark_threads, cpu_name
 from translate.inference import translate_sentences
 from translate.ready import Ready
 from translate.scoring import score
@@ -73,7 +73,8 @@ def main() -> None:
     parser.add_argument("checkpoint")
     parser.add_argument("--data", default=None)
     parser.add_argument("--split", default="test_2016_flickr")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=benchmark_threads(),
+                    help="CPU threads (default: OMP_NUM_THREADS, else 2)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--length-penalty", type=float, nargs="*", default=[None],
                         help="generate's length_penalty instead of the export's (several: one "

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from translate.fast.linear import ONEDNN
-from translate.hardware import cpu_name
+from translate.hardware import benchmark_threads, cpu_name
 
 SHAPES = [  # (rows, in, out, what)
     (160, 256, 8000, "output projection, beam 5"),
@@ -52,7 +52,8 @@ def time_one(fn, *args) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=50)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=benchmark_threads(),
+                    help="CPU threads (default: OMP_NUM_THREADS, else 2)")
     ap.add_argument("--json", type=Path, default=Path("benchmarks/results/linear.json"))
     args = ap.parse_args()
     if not ONEDNN:

@@ -27,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from train_speed import SHAPES, Ours, make_batches, synchronize
 from translate.engine import FAST, PLAIN
-from translate.hardware import cpu_name, pick_device
+from translate.hardware import benchmark_threads, cpu_name, pick_device
 
 
 def main() -> None:
@@ -37,7 +37,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8, help="profiled steps, after 4 untimed")
     ap.add_argument("--dropout", type=float, default=0.3, help="the recipe's")
     ap.add_argument("--engine", choices=["fast", "plain"], default="fast")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=benchmark_threads(),
+                    help="CPU threads (default: OMP_NUM_THREADS, else 2)")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU)")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default=None,

@@ -52,7 +52,8 @@ from translate.data.clean import clean_text_pairs
 from translate.data.encode import encode_pairs
 from translate.data.read import load_split
 from translate.engine import FAST, PLAIN
-from translate.hardware import autocast, cpu_has_amx, cpu_name, pick_device
+from translate.hardware import (autocast, benchmark_threads, cpu_has_amx, cpu_name,
+                                pick_device)
 from translate.models import TransformerConfig, build_model, count_parameters
 from translate.tokenizer import Tokenizer
 from translate.tokens import EOS, PAD
@@ -100,9 +101,10 @@ def make_batches(data: str, max_tokens: int, n: int, multiple: int = 1):
     return tok, batches
 
 
-def matmul_peak(dtype: torch.dtype, reps: int = 20, device: str = "cpu") -> float:
-    """GFLOP/s of a square matmul in `dtype`: the median of `reps` timings after a warm-up."""
-    n = MATMUL_SIZE[torch.device(device).type]
+def matmul_peak(dtype: torch.dtype, reps: int = 20, device: str = "cpu", n: int = 0) -> float:
+    """GFLOP/s of an `n`-square matmul in `dtype` (by default the device's size in
+    MATMUL_SIZE): the median of `reps` timings after a warm-up."""
+    n = n or MATMUL_SIZE[torch.device(device).type]
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     for _ in range(3):
@@ -250,7 +252,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=4096)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=8, help="steps per system per round")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=benchmark_threads(),
+                    help="CPU threads (default: OMP_NUM_THREADS, else 2)")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (a GPU)")
     ap.add_argument("--compile", action="store_true",
                     help="also our plain engine under torch.compile (its warm-up is not timed)")
@@ -269,12 +272,17 @@ def main() -> None:
                     help="model widths; base, big and tiny train on synthetic batches")
     ap.add_argument("--length-multiple", type=int, default=1,
                     help="round batches' lengths up to a multiple (train.length_multiple)")
+    ap.add_argument("--matmul-size", type=int, default=0,
+                    help="the peak's square matmul (default: 1024 on a CPU, 8192 on a GPU; a "
+                         "dry run's smaller one, as bf16 without bf16 kernels runs ~1 GFLOP/s)")
     ap.add_argument("--json", type=Path, default=Path("benchmarks/results/train_speed.json"))
     args = ap.parse_args()
     if args.length_multiple < 1:
         ap.error(f"--length-multiple must be at least 1, got {args.length_multiple}")
     if args.loss_chunk < 0:
         ap.error(f"--loss-chunk must be 0 (off) or more, got {args.loss_chunk}")
+    if args.matmul_size < 0:
+        ap.error(f"--matmul-size must be 0 (the device's) or more, got {args.matmul_size}")
     device = pick_device(args.device)  # on a GPU, as translate sets it up: no cuDNN attention
     if args.cudnn_attention:
         torch.backends.cuda.enable_cudnn_sdp(True)
@@ -283,6 +291,7 @@ def main() -> None:
                   ).split(",")
     if not set(precisions) <= {"fp32", "bf16"}:
         ap.error(f"--precisions takes fp32 and bf16, got {args.precisions}")
+    matmul_size = args.matmul_size or MATMUL_SIZE[device.type]
     torch.set_num_threads(args.threads)
     n = args.steps * args.rounds + 2
     if args.shape == "multi30k":
@@ -308,7 +317,8 @@ def main() -> None:
     peaks: dict[str, list[float]] = {p: [] for p in precisions}
     for r in range(args.rounds):
         for precision in precisions:
-            peaks[precision].append(matmul_peak(dtypes[precision], device=args.device))
+            peaks[precision].append(matmul_peak(dtypes[precision], device=args.device,
+                                                  n=matmul_size))
         chunk = batches[2 + r * args.steps: 2 + (r + 1) * args.steps]
         tokens = sum(b.num_tgt_tokens for b in chunk)
         order = list(systems) if r % 2 == 0 else list(reversed(systems))
@@ -333,9 +343,10 @@ def main() -> None:
               "amx": cpu_has_amx(), "device": args.device,
               "cudnn_attention": on_gpu and torch.backends.cuda.cudnn_sdp_enabled(),
               "gpu": torch.cuda.get_device_name(device) if on_gpu else None,
-              "matmul_peak_gflops": peak, "peer": peer, "loss_chunk": args.loss_chunk,
+              "matmul_size": matmul_size, "matmul_peak_gflops": peak, "peer": peer,
+              "loss_chunk": args.loss_chunk,
               "flops_per_target_token": "6 x parameters", "systems": {}}
-    print(f"\nmatmul peak ({MATMUL_SIZE[device.type]}^3, median): "
+    print(f"\nmatmul peak ({matmul_size}^3, median): "
           + ", ".join(f"{p} {g:.0f} GFLOP/s" for p, g in peak.items()))
     print(f"\n{'system':20s} {'params':>8s} {'median tok/s':>13s} {'vs ' + peer:>22s} {'MFU':>7s}")
     for name, values in rates.items():

@@ -121,3 +121,13 @@ def test_the_ram_guard_refuses_weights_larger_than_the_machines_memory():
     with pytest.raises(ModelTooLarge, match=r"^too much, \d+ GiB of weights; this machine has "
                                             r"\d+ GiB of memory: make it smaller$"):
         check_fits_in_memory(memory + 1, "too much")
+
+
+@pytest.mark.parametrize("value, threads", [("3", 3), (" 1 ", 1), (None, 2), ("", 2), ("0", 2),
+                                            ("-4", 2), ("two", 2), ("1.5", 2)])
+def test_a_benchmark_computes_on_omp_num_threads_or_else_two(monkeypatch, value, threads):
+    if value is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", value)
+    assert hardware.benchmark_threads() == threads

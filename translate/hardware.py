@@ -5,6 +5,7 @@
                          precision the device cannot run refused
     autocast             the autocast context a resolved precision runs under
     cpu_*                the CPU's features (AMX, AVX512-BF16, vendor), which `auto` reads
+    benchmark_threads    the CPU threads a benchmark computes on: OMP_NUM_THREADS, else 2
     keep_freed_memory    glibc keeps freed memory for reuse (`train.keep_freed_memory`)
     bound_kernel_caches  oneDNN keeps no kernel per shape (a training process)
     keep_onednn_kernels  oneDNN keeps its own cache only (bf16 training on batches of few shapes)
@@ -152,6 +153,14 @@ def cpu_name() -> str:
 
 # glibc's mallopt parameters (malloc.h)
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+
+
+def benchmark_threads(default: int = 2) -> int:
+    """The CPU threads a benchmark computes on unless told (`--threads`): OMP_NUM_THREADS where
+    it is a whole number of at least 1 (a shell's or a test worker's share of the cores),
+    else `default`, the 2 cores its recorded figures were measured on."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) >= 1 else default
 
 
 def keep_freed_memory() -> bool:
